@@ -11,22 +11,26 @@ python="${PYTHON:-python3}"
 marker="$venv/.stack-installed"
 stamp_src="$root/scripts/setup_venv.sh"
 
-if [[ -f "$marker" && "$marker" -nt "$stamp_src" ]]; then
+if [[ -f "$marker" && "$marker" -nt "$stamp_src" && "$marker" -nt "$root/scripts/requirements-extra.txt" && "$marker" -nt "$root/pyproject.toml" ]]; then
   exit 0
 fi
 
 echo "[setup_venv] creating $venv (first run takes a few minutes)"
 "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+pip_install() {
+  # the machine's pip config lists local indexes that do not all exist; drop that noise
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v '^WARNING: Location .* is ignored' || true; }
+}
 
-"${pip[@]}" --upgrade pip
-"${pip[@]}" "torch==2.14.1" "torchvision==0.29.1"
-"${pip[@]}" "fbgemm-gpu-cpu==1.9.0"
-"${pip[@]}" --no-deps "torchrec==1.9.2"
-"${pip[@]}" "tensordict==0.15.3" "torchmetrics==1.0.3" tqdm pyre-extensions
-"${pip[@]}" "gin-config==0.5.0" "mlperf-logging==4.1.68" "pytest==8.4.2"
-"${pip[@]}" -r "$root/scripts/requirements-extra.txt"
-"${pip[@]}" --no-deps --no-build-isolation -e "$root"
+pip_install --upgrade pip
+pip_install "torch==2.14.1" "torchvision==0.29.1"
+pip_install "fbgemm-gpu-cpu==1.9.0"
+pip_install --no-deps "torchrec==1.9.2"
+pip_install "tensordict==0.15.3" "torchmetrics==1.0.3" "tqdm==4.70.1" "pyre-extensions==0.0.32"
+pip_install "gin-config==0.5.0" "mlperf-logging==4.1.68" "pytest==8.4.2"
+pip_install -r "$root/scripts/requirements-extra.txt"
+pip_install --no-deps --no-build-isolation -e "$root"
 
 touch "$marker"
 echo "[setup_venv] ready: $venv"

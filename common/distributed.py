@@ -1,0 +1,138 @@
+"""Process-group setup from the launcher's environment (torchrun or Slurm's srun).
+
+One process per device. torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
+MASTER_PORT; srun sets SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, and our Slurm scripts
+export MASTER_ADDR / MASTER_PORT. A bare `python -m ...` is world size 1 and still gets a
+(single-member) process group, so every code path — TorchRec sharding included — is the
+same one a multi-process job runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError as err:
+                raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+    return None
+
+
+def launch_topology() -> tuple[int, int, int, int]:
+    """(rank, world_size, local_rank, local_world_size) from torchrun's or Slurm's variables."""
+    rank = _env_int("RANK", "SLURM_PROCID")
+    world = _env_int("WORLD_SIZE", "SLURM_NTASKS")
+    local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID")
+    local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")
+    if rank is None or world is None:
+        return 0, 1, 0, 1
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is outside world size {world} (check RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)")
+    local_rank = rank if local_rank is None else local_rank
+    local_world = world if local_world is None else local_world
+    return rank, world, local_rank, local_world
+
+
+def select_device(local_rank: int, requested: str = "auto") -> torch.device:
+    """'auto' takes this process's accelerator when there is one, else the CPU."""
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {requested!r} requested but no CUDA/ROCm device is visible")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def init_distributed(*, device: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Sets this process's device, then creates the default process group (idempotent)."""
+    rank, world, local_rank, local_world = launch_topology()
+    dev = select_device(local_rank, device)
+    if dev.type == "cuda":
+        # before the process group, so NCCL/RCCL binds its communicators to this device
+        torch.cuda.set_device(dev)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        else:
+            if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+                raise RuntimeError(
+                    "multi-process launch without MASTER_ADDR/MASTER_PORT: start with torchrun, or export "
+                    "them in the Slurm script (scripts/slurm/ does)"
+                )
+            kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+            dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kwargs)
+    info = DistInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world, device=dev, backend=backend)
+    logger.info("distributed: rank %d/%d local %d on %s (%s)", rank, world, local_rank, dev, backend)
+    return info
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def destroy() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_gather_tensor(local: torch.Tensor) -> torch.Tensor:
+    """Concatenates a 1-D tensor of possibly different length from every rank (rank order)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return local
+    world = dist.get_world_size()
+    size = torch.tensor([local.numel()], dtype=torch.int64, device=local.device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    padded = torch.zeros(longest, dtype=local.dtype, device=local.device)
+    padded[: local.numel()] = local
+    gathered = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded)
+    return torch.cat([g[: int(s.item())] for g, s in zip(gathered, sizes)])
+
+
+def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    out = value.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / dist.get_world_size()
+
+
+def broadcast_int(value: int, src: int = 0) -> int:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.broadcast(t, src=src)
+    return int(t.item())

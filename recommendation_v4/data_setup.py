@@ -1,0 +1,179 @@
+"""From gin's `DataConfig` to ready-to-iterate train and eval loaders.
+
+The dataset named in the config is created on first use when it is a synthetic one
+(`yambda-synthetic-<size>-seed<seed>`) and preprocessed when its processed files are missing or
+stale; downloaded Yambda (`yambda-<50m|500m|5b>`) goes through the very same path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Iterator
+
+import gin
+import numpy as np
+import torch
+
+from common.auc import binary_auc
+from common.distributed import DistInfo, barrier
+from recommendation_v4.data import features as F
+from recommendation_v4.data import layout, schema
+from recommendation_v4.data.batch import HSTUBatch
+from recommendation_v4.data.dataset import YambdaSequenceDataset
+from recommendation_v4.data.loader import make_batch_loader
+from recommendation_v4.data.preprocess import ensure_processed
+from recommendation_v4.data.synthetic import ensure_synthetic
+from recommendation_v4.model.config import HSTUModelConfig, reference_table_rows
+
+# pseudo-count of the popularity baseline: items seen rarely shrink toward the global rate
+POPULARITY_PRIOR_COUNT = 10.0
+# the eval subset is the same for every run, whatever its training seed
+EVAL_SUBSET_SEED = 20_260_101
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    data_root: str = "data"
+    dataset: str = "yambda-synthetic-small-seed0"
+    history_length: int | None = None  # None: the model flavor's
+    min_history: int = 5
+    num_workers: int = 1
+    eval_max_samples: int = 0  # 0 = the whole eval split
+    generate_if_missing: bool = True
+    # None: the reference sizes; an int: that many rows for each of the 7 hashed cross tables
+    cross_table_rows: int | None = None
+    # None: the data's own id ranges; "reference": Yambda-5b's entity counts
+    entity_table_rows: str | None = None
+    holdout_user_fraction: float = 0.0
+
+
+def dataset_dir_for(config: DataConfig) -> pathlib.Path:
+    return layout.default_dataset_dir(config.data_root, config.dataset)
+
+
+def materialise(config: DataConfig, *, is_main: bool) -> pathlib.Path:
+    """Generates (synthetic, rank 0 only) and preprocesses the dataset; returns its directory."""
+    dataset_dir = dataset_dir_for(config)
+    kind = layout.parse_dataset_name(config.dataset)
+    if is_main:
+        if kind["kind"] == "synthetic" and config.generate_if_missing:
+            ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]))
+        schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
+        ensure_processed(dataset_dir)
+    barrier()
+    return dataset_dir
+
+
+@dataclasses.dataclass
+class YambdaData:
+    config: DataConfig
+    dataset_dir: pathlib.Path
+    train: YambdaSequenceDataset
+    eval: YambdaSequenceDataset
+    eval_indices: np.ndarray
+    info: DistInfo
+
+    @property
+    def table_rows(self) -> dict[str, int]:
+        return self.train.table_rows
+
+    def describe(self) -> str:
+        return (
+            f"{self.config.dataset} at {self.dataset_dir}: {len(self.train):,} train samples, "
+            f"{len(self.eval_indices):,} eval samples (of {len(self.eval):,}), history_length "
+            f"{self.train.history_length}, tables {self.table_rows}"
+        )
+
+    def train_loader(self, *, global_batch_size: int, seed: int, max_steps: int) -> Iterator[HSTUBatch]:
+        """Global batches from a seeded shuffle, epoch after epoch; this rank gets its slice."""
+        steps_per_epoch = len(self.train) // global_batch_size
+        if steps_per_epoch == 0:
+            raise ValueError(f"{len(self.train)} train samples cannot fill one global batch of {global_batch_size}")
+        epoch = 0
+        produced = 0
+        while produced < max_steps:
+            order = np.random.default_rng([seed, epoch]).permutation(len(self.train))
+            batches = [
+                rank_slice(order[s * global_batch_size : (s + 1) * global_batch_size], self.info)
+                for s in range(min(steps_per_epoch, max_steps - produced))
+            ]
+            yield from make_batch_loader(self.train, batches, num_workers=self.config.num_workers)
+            produced += len(batches)
+            epoch += 1
+
+    def eval_loader(self, *, batch_size: int) -> Iterator[HSTUBatch]:
+        """The fixed eval subset in global batches of `batch_size`, each split across ranks."""
+        batches = [
+            rank_slice(self.eval_indices[s : s + batch_size], self.info)
+            for s in range(0, len(self.eval_indices), batch_size)
+        ]
+        return iter(make_batch_loader(self.eval, batches, num_workers=0))
+
+    def popularity_baseline_auc(self) -> float:
+        """AUC of scoring each eval candidate by its item's listen_plus rate in the train split,
+        on exactly the eval samples the model is evaluated on."""
+        data = self.train.data
+        train_rows = np.asarray(self.train.anchors, dtype=np.int64)
+        items = np.asarray(data.events["item_id"][train_rows], dtype=np.int64)
+        labels = np.asarray(data.events["played_ratio_pct"][train_rows]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
+        n_items = int(self.train.id_rows["item_id"])
+        plays = np.bincount(items, minlength=n_items)
+        wins = np.bincount(items, weights=labels, minlength=n_items)
+        rate = (wins + POPULARITY_PRIOR_COUNT * labels.mean()) / (plays + POPULARITY_PRIOR_COUNT)
+        eval_rows = np.asarray(self.eval.anchors, dtype=np.int64)[self.eval_indices]
+        eval_items = np.asarray(data.events["item_id"][eval_rows], dtype=np.int64)
+        eval_labels = np.asarray(data.events["played_ratio_pct"][eval_rows]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
+        return binary_auc(torch.from_numpy(rate[eval_items]), torch.from_numpy(eval_labels.astype(np.float32)))
+
+
+def rank_slice(global_indices: np.ndarray, info: DistInfo) -> np.ndarray:
+    """This rank's contiguous share of a global batch (sizes must divide evenly)."""
+    n = len(global_indices)
+    if n % info.world_size:
+        raise ValueError(f"a global batch of {n} samples does not split evenly over {info.world_size} ranks")
+    share = n // info.world_size
+    return np.asarray(global_indices[info.rank * share : (info.rank + 1) * share])
+
+
+def _table_sizes(config: DataConfig) -> tuple[dict[str, int] | None, dict[str, int] | None]:
+    cross = None
+    if config.cross_table_rows is not None:
+        cross = {c.name: int(config.cross_table_rows) for c in F.CROSS_FEATURES}
+    entity = None
+    if config.entity_table_rows == "reference":
+        ref = reference_table_rows()
+        entity = {name: ref[name] for name in F.REFERENCE_ENTITY_ROWS}
+    elif config.entity_table_rows is not None:
+        raise ValueError(f"DataConfig.entity_table_rows must be None or 'reference', got {config.entity_table_rows!r}")
+    return cross, entity
+
+
+def prepare_data(*, config: DataConfig, model_config: HSTUModelConfig, info: DistInfo, seed: int) -> YambdaData:
+    dataset_dir = materialise(config, is_main=info.is_main)
+    history_length = config.history_length or model_config.history_length
+    if F.max_sequence_length(history_length) > model_config.max_seq_len:
+        raise ValueError(
+            f"DataConfig.history_length={history_length} makes sequences longer than the model's "
+            f"max_seq_len={model_config.max_seq_len}"
+        )
+    cross, entity = _table_sizes(config)
+    common = dict(
+        history_length=history_length,
+        min_history=config.min_history,
+        cross_table_rows=cross,
+        entity_table_rows=entity,
+        holdout_user_fraction=config.holdout_user_fraction,
+    )
+    processed = layout.processed_dir(dataset_dir)
+    train = YambdaSequenceDataset(processed, split="train", **common)
+    evaluation = YambdaSequenceDataset(processed, split="eval", **common)
+    # a fixed eval subset (same on every rank and run), trimmed to a multiple of world size
+    n_eval = len(evaluation)
+    if config.eval_max_samples and n_eval > config.eval_max_samples:
+        chosen = np.sort(np.random.default_rng(EVAL_SUBSET_SEED).choice(n_eval, config.eval_max_samples, replace=False))
+    else:
+        chosen = np.arange(n_eval)
+    chosen = chosen[: len(chosen) - len(chosen) % info.world_size]
+    return YambdaData(config=config, dataset_dir=dataset_dir, train=train, eval=evaluation, eval_indices=chosen, info=info)

@@ -1,0 +1,25 @@
+"""Print a DLRM-HSTU flavor's parameter count: `python -m recommendation_v4.model --flavor reference`."""
+
+from __future__ import annotations
+
+import argparse
+
+from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.param_count import count_parameters
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--flavor", default="reference", choices=sorted(FLAVORS))
+    args = parser.parse_args()
+    counts = count_parameters(args.flavor)
+    print(f"DLRM-HSTU flavor '{args.flavor}' (reference table sizes, built on the meta device)")
+    for name, n in counts.per_table.items():
+        print(f"  table {name:<22} {n:>16,}")
+    print(f"  embedding parameters   {counts.embedding:>16,}  ({counts.embedding * 4 / 1e9:,.1f} GB in fp32)")
+    print(f"  dense parameters       {counts.dense:>16,}")
+    print(f"  total                  {counts.total:>16,}")
+
+
+if __name__ == "__main__":
+    main()

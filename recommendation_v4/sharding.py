@@ -1,0 +1,162 @@
+"""TorchRec build of DLRM-HSTU, as one straight line:
+
+    tables on meta -> model -> fused sparse optimizer (apply_optimizer_in_backward)
+    -> EmbeddingShardingPlanner(Topology) -> DistributedModelParallel
+    -> dense Adam + CombinedOptimizer
+
+Per-table sharding types and placements come from gin (`ShardingConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Mapping
+
+import gin
+import torch
+import torch.distributed as dist
+from torchrec.distributed.embedding import EmbeddingCollectionSharder
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.distributed.types import ShardingPlan
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from recommendation_v4.model.dlrm_hstu import DlrmHSTU
+
+logger = logging.getLogger(__name__)
+
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
+# placement -> TorchRec compute kernel ("auto" leaves the choice to the planner)
+PLACEMENT_KERNELS = {"hbm": "fused", "uvm": "fused_uvm", "uvm_caching": "fused_uvm_caching", "auto": None}
+GiB = 1024**3
+
+
+class ShardingConfigError(ValueError):
+    pass
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class ShardingConfig:
+    """How the embedding tables are placed.
+
+    sharding_overrides / placement_overrides map a table name to a sharding type
+    (SHARDING_TYPES) / placement (hbm | uvm | uvm_caching | auto). `default_sharding_type`
+    applies to tables without an override (None lets the planner choose).
+    """
+
+    hbm_cap_gb: float = 80.0
+    ddr_cap_gb: float | None = None
+    default_sharding_type: str | None = None
+    sharding_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    placement_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class SparseOptimizerConfig:
+    """RowWiseAdagrad, fused into the embedding backward (fbgemm's CPU mode has no Adam)."""
+
+    learning_rate: float = 0.05
+    eps: float = 1e-8
+
+
+def table_constraints(
+    *, table_names: list[str], config: ShardingConfig, device_type: str
+) -> dict[str, ParameterConstraints]:
+    """ParameterConstraints from the gin overrides; validates every name and value."""
+    known = set(table_names)
+    for kind, overrides in (("sharding", config.sharding_overrides), ("placement", config.placement_overrides)):
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ShardingConfigError(
+                f"ShardingConfig.{kind}_overrides names unknown table(s) {unknown}; tables are {sorted(known)}"
+            )
+    constraints: dict[str, ParameterConstraints] = {}
+    for name in table_names:
+        sharding = config.sharding_overrides.get(name, config.default_sharding_type)
+        placement = config.placement_overrides.get(name, "hbm" if device_type == "cpu" else "auto")
+        if sharding is not None and sharding not in SHARDING_TYPES:
+            raise ShardingConfigError(f"table {name}: unknown sharding type {sharding!r}; choose one of {SHARDING_TYPES}")
+        if placement not in PLACEMENT_KERNELS:
+            raise ShardingConfigError(
+                f"table {name}: unknown placement {placement!r}; choose one of {sorted(PLACEMENT_KERNELS)}"
+            )
+        if device_type == "cpu":
+            if sharding == "data_parallel":
+                raise ShardingConfigError(
+                    f"table {name}: data_parallel sharding of an EmbeddingCollection does not work on CPU "
+                    "(fbgemm's CPU dense kernel returns pooled output); use table_wise, row_wise or column_wise"
+                )
+            if placement in ("uvm", "uvm_caching"):
+                raise ShardingConfigError(f"table {name}: placement {placement!r} needs a GPU; on CPU use 'hbm' (host memory)")
+            # on CPU only the fused kernel works (the dense kernel corrupted the heap here)
+            placement = "hbm"
+        kernel = PLACEMENT_KERNELS[placement]
+        constraints[name] = ParameterConstraints(
+            sharding_types=[sharding] if sharding else None,
+            compute_kernels=[kernel] if kernel else None,
+        )
+    return constraints
+
+
+def _embedding_table_names(model: DlrmHSTU) -> list[str]:
+    return [t.name for t in model.embedding_collection.embedding_configs()]
+
+
+def shard_model(
+    *,
+    model: DlrmHSTU,
+    device: torch.device,
+    world_size: int,
+    local_world_size: int,
+    sharding: ShardingConfig,
+    sparse_optimizer: SparseOptimizerConfig,
+) -> tuple[DistributedModelParallel, ShardingPlan]:
+    """Fused sparse optimizer -> planner -> DistributedModelParallel (materialises this rank's shards)."""
+    apply_optimizer_in_backward(
+        RowWiseAdagrad,
+        model.embedding_collection.parameters(),
+        {"lr": sparse_optimizer.learning_rate, "eps": sparse_optimizer.eps},
+    )
+    topology = Topology(
+        world_size=world_size,
+        local_world_size=local_world_size,
+        compute_device=device.type,
+        hbm_cap=int(sharding.hbm_cap_gb * GiB) if device.type == "cuda" else None,
+        ddr_cap=int(sharding.ddr_cap_gb * GiB) if sharding.ddr_cap_gb is not None else None,
+    )
+    constraints = table_constraints(
+        table_names=_embedding_table_names(model), config=sharding, device_type=device.type
+    )
+    sharders = [EmbeddingCollectionSharder()]
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    plan = planner.collective_plan(model, sharders, dist.group.WORLD)
+    dmp = DistributedModelParallel(module=model, device=device, plan=plan, sharders=sharders)
+    return dmp, plan
+
+
+def describe_plan(plan: ShardingPlan) -> dict[str, str]:
+    """table -> "sharding_type/compute_kernel ranks" for the logs."""
+    out: dict[str, str] = {}
+    for module_plan in plan.plan.values():
+        for table, spec in module_plan.items():  # type: ignore[union-attr]
+            ranks = spec.ranks if spec.ranks is not None else []
+            out[table] = f"{spec.sharding_type}/{spec.compute_kernel} ranks={ranks}"
+    return out
+
+
+def build_optimizer(
+    *, dmp: DistributedModelParallel, learning_rate: float, betas: tuple[float, float], eps: float, weight_decay: float
+) -> CombinedOptimizer:
+    """Dense Adam over every parameter not already owned by the fused sparse optimizer."""
+    dense_params = dict(in_backward_optimizer_filter(dmp.named_parameters()))
+    dense = KeyedOptimizerWrapper(
+        dense_params,
+        lambda params: torch.optim.Adam(params, lr=learning_rate, betas=betas, eps=eps, weight_decay=weight_decay),
+    )
+    return CombinedOptimizer([("sparse", dmp.fused_optimizer), ("dense", dense)])

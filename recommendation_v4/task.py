@@ -1,0 +1,92 @@
+"""DLRM-HSTU's train step and evaluation, plugged into the common training loop."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+import torch
+import torch.distributed as dist
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.optim.keyed import CombinedOptimizer
+
+from common.auc import distributed_binary_auc
+from common.distributed import all_reduce_mean
+from common.loop import EvalOutput, StepOutput
+from recommendation_v4.data.batch import HSTUBatch
+from recommendation_v4.model.dlrm_hstu import DlrmHSTU
+
+
+def linear_warmup(step: int, *, base_lr: float, warmup_steps: int) -> float:
+    """Learning rate after `step` completed steps: linear from 0 to base_lr, then flat."""
+    if warmup_steps <= 0:
+        return base_lr
+    return base_lr * min(1.0, (step + 1) / warmup_steps)
+
+
+def global_max_sequence_length(model: DlrmHSTU, batch: HSTUBatch) -> int:
+    """The attention normaliser N: the longest sequence of the GLOBAL batch, so that the
+    result does not depend on how the global batch is split across ranks."""
+    lengths = model.sequence_lengths(batch)
+    local = lengths.max() if lengths.numel() else torch.zeros((), dtype=lengths.dtype, device=lengths.device)
+    local = local.to(torch.int64).reshape(1)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    return int(local.item())
+
+
+@dataclasses.dataclass
+class DlrmTask:
+    dmp: DistributedModelParallel
+    model: DlrmHSTU  # the unwrapped module (for loss and sequence lengths)
+    optimizer: CombinedOptimizer
+    device: torch.device
+    world_size: int
+    base_lr: float
+    warmup_steps: int
+    grad_clip_norm: float
+    eval_batches: Callable[[], Iterable[HSTUBatch]]
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        self._dense = dict(self.optimizer.optimizers)["dense"]
+        self._dense_params = [p for group in self._dense.param_groups for p in group["params"]]
+
+    def train_step(self, batch: HSTUBatch) -> StepOutput:
+        self.dmp.train()
+        batch = batch.to(self.device, non_blocking=True)
+        max_len = global_max_sequence_length(self.model, batch)
+        self.optimizer.zero_grad()
+        logits = self.dmp(batch, max_seq_len=max_len)
+        loss = self.model.loss(logits, batch.labels)
+        loss.backward()  # embedding rows are updated here by the fused RowWiseAdagrad
+        if self.grad_clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self._dense_params, self.grad_clip_norm)
+        lr = linear_warmup(self.step, base_lr=self.base_lr, warmup_steps=self.warmup_steps)
+        for group in self._dense.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.step += 1
+        return StepOutput(loss=all_reduce_mean(loss.detach()), samples=batch.batch_size * self.world_size)
+
+    @torch.no_grad()
+    def evaluate(self) -> EvalOutput:
+        self.dmp.eval()
+        scores, labels, losses = [], [], []
+        for batch in self.eval_batches():
+            batch = batch.to(self.device, non_blocking=True)
+            logits = self.dmp(batch, max_seq_len=global_max_sequence_length(self.model, batch))
+            losses.append(self.model.loss(logits, batch.labels).detach() * batch.batch_size)
+            scores.append(logits[:, 0].float())
+            labels.append(batch.labels.float())
+        self.dmp.train()
+        local_scores = torch.cat(scores) if scores else torch.zeros(0, device=self.device)
+        local_labels = torch.cat(labels) if labels else torch.zeros(0, device=self.device)
+        auc = distributed_binary_auc(local_scores, local_labels)
+        n_local = torch.tensor([float(local_labels.numel())], device=self.device)
+        loss_sum = torch.stack(losses).sum().reshape(1) if losses else torch.zeros(1, device=self.device)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(n_local)
+            dist.all_reduce(loss_sum)
+        n = int(n_local.item())
+        return EvalOutput(metrics={"auc": auc, "eval_loss": float(loss_sum.item()) / max(n, 1)}, quality=auc, samples=n)
