@@ -1,0 +1,73 @@
+"""Where a Yambda dataset lives on disk: one directory per dataset, real or synthetic alike.
+
+    <dataset_dir>/raw/multi_event.parquet
+    <dataset_dir>/raw/album_item_mapping.parquet
+    <dataset_dir>/raw/artist_item_mapping.parquet
+    <dataset_dir>/processed/...            (written by `preprocess.py`)
+    <dataset_dir>/synthetic_truth/...      (synthetic only: the planted latent factors)
+
+Directory names: `yambda-<50m|500m|5b>` for the published data and
+`yambda-synthetic-<size>-seed<seed>` for generated data.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+RAW_DIR = "raw"
+PROCESSED_DIR = "processed"
+SYNTHETIC_TRUTH_DIR = "synthetic_truth"
+
+MULTI_EVENT_FILE = "multi_event.parquet"
+ALBUM_MAPPING_FILE = "album_item_mapping.parquet"
+ARTIST_MAPPING_FILE = "artist_item_mapping.parquet"
+RAW_FILES: tuple[str, ...] = (MULTI_EVENT_FILE, ALBUM_MAPPING_FILE, ARTIST_MAPPING_FILE)
+
+REAL_SIZES: tuple[str, ...] = ("50m", "500m", "5b")
+
+_REAL_NAME = re.compile(r"^yambda-(50m|500m|5b)$")
+_SYNTHETIC_NAME = re.compile(r"^yambda-synthetic-([a-z0-9_]+)-seed(\d+)$")
+
+
+def real_dataset_name(size: str) -> str:
+    if size not in REAL_SIZES:
+        raise ValueError(f"unknown Yambda size {size!r}; expected one of {REAL_SIZES}")
+    return f"yambda-{size}"
+
+
+def synthetic_dataset_name(size: str, seed: int) -> str:
+    name = f"yambda-synthetic-{size}-seed{seed}"
+    if seed < 0 or not _SYNTHETIC_NAME.match(name):
+        raise ValueError(f"bad synthetic dataset size/seed: size={size!r} seed={seed}")
+    return name
+
+
+def parse_dataset_name(name: str) -> dict[str, str | int]:
+    """Split a dataset directory name into its kind, size and (synthetic) seed."""
+    if match := _REAL_NAME.match(name):
+        return {"kind": "real", "size": match.group(1)}
+    if match := _SYNTHETIC_NAME.match(name):
+        return {"kind": "synthetic", "size": match.group(1), "seed": int(match.group(2))}
+    raise ValueError(
+        f"dataset name {name!r} is neither `yambda-<50m|500m|5b>` nor "
+        "`yambda-synthetic-<size>-seed<seed>`"
+    )
+
+
+def default_dataset_dir(data_root: str | pathlib.Path, name: str) -> pathlib.Path:
+    """The directory of dataset `name` under `data_root` (the name is checked, not created)."""
+    parse_dataset_name(name)
+    return pathlib.Path(data_root) / name
+
+
+def raw_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(dataset_dir) / RAW_DIR
+
+
+def processed_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(dataset_dir) / PROCESSED_DIR
+
+
+def synthetic_truth_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(dataset_dir) / SYNTHETIC_TRUTH_DIR
