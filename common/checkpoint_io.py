@@ -1,0 +1,100 @@
+"""File-level helpers of the checkpoint format: durable JSON, checksums, safe DCP metadata.
+
+DCP's ``.metadata`` file is a pickle; ``SafeFileSystemReader`` reads it with an unpickler
+that accepts only the checkpoint-metadata classes, so loading a checkpoint never runs
+arbitrary code (tensor payloads are read by DCP with ``torch.load(weights_only=True)``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint.metadata as dcp_metadata
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Write JSON and fsync it, so a later marker never points at unwritten bytes."""
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump(payload, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_crc32(path: Path) -> int:
+    checksum = 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK_BYTES):
+            checksum = zlib.crc32(chunk, checksum)
+    return checksum
+
+
+# Names DCP's .metadata pickle may reference besides the classes of
+# torch.distributed.checkpoint.metadata and the torch dtypes; anything else is refused.
+_SAFE_GLOBALS: dict[str, set[str]] = {
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch": {"Size"},
+    "torch.serialization": {"_get_layout"},
+    "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+    "builtins": {"set", "frozenset", "slice"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module == dcp_metadata.__name__ and isinstance(getattr(dcp_metadata, name, None), type):
+            return getattr(dcp_metadata, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if name in _SAFE_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"checkpoint .metadata references {module}.{name}, which is not a checkpoint "
+            "metadata class: refusing to load it"
+        )
+
+
+def read_dcp_metadata(checkpoint_dir: Path) -> Metadata:
+    """DCP's ``.metadata`` of ``checkpoint_dir``, unpickled with the allow-list above."""
+    with open(checkpoint_dir / ".metadata", "rb") as stream:
+        metadata = _MetadataUnpickler(stream).load()
+    if not isinstance(metadata, Metadata):
+        raise ValueError(f"{checkpoint_dir / '.metadata'} does not hold DCP Metadata")
+    return metadata
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """``FileSystemReader`` whose metadata read never unpickles arbitrary objects."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        if kwargs.get("rank") is not None:
+            raise ValueError("SafeFileSystemReader reads checkpoints saved with rank coordination only")
+        metadata = read_dcp_metadata(Path(self.path))
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata

@@ -1,0 +1,55 @@
+"""Where a run stands: the metadata a checkpoint needs to resume exactly once per batch.
+
+``TrainingProgress`` is the recommended ``metadata`` for ``CheckpointManager.save``:
+
+    manager.save(name, app_state=..., metadata=progress.to_json())
+    progress = TrainingProgress.from_json(manager.load_latest(app_state), source=str(path))
+
+``train_ts`` names the data window being trained (the window's start timestamp for the
+streaming DLRM loader, the epoch number for epoch-based trainers) and
+``batch_idx_in_window`` the number of its batches already trained, so a resumed loader
+skips exactly those. ``mlperf`` is ``MLPerfTracker.state_dict()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional
+
+
+@dataclass
+class TrainingProgress:
+    global_step: int = 0
+    samples_seen: int = 0
+    train_ts: Optional[int] = None
+    batch_idx_in_window: int = 0
+    mlperf: dict[str, bool] = field(default_factory=lambda: {"run_started": False, "run_stopped": False})
+
+    def __post_init__(self) -> None:
+        for name in ("global_step", "samples_seen", "batch_idx_in_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainingProgress.{name} must be an int >= 0, got {value!r}")
+        if self.train_ts is not None and (isinstance(self.train_ts, bool) or not isinstance(self.train_ts, int)):
+            raise ValueError(f"TrainingProgress.train_ts must be an int or None, got {self.train_ts!r}")
+        if not isinstance(self.mlperf, dict) or not all(
+            isinstance(k, str) and isinstance(v, bool) for k, v in self.mlperf.items()
+        ):
+            raise ValueError(f"TrainingProgress.mlperf must map str to bool, got {self.mlperf!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any], *, source: str = "checkpoint metadata") -> "TrainingProgress":
+        if not isinstance(payload, Mapping):
+            raise ValueError(f"{source}: training progress must be a JSON object, got {type(payload).__name__}")
+        known = {"global_step", "samples_seen", "train_ts", "batch_idx_in_window", "mlperf"}
+        unknown = sorted(set(payload) - known)
+        missing = sorted(known - set(payload))
+        if unknown or missing:
+            raise ValueError(f"{source}: training progress has unknown fields {unknown}, missing {missing}")
+        try:
+            return cls(**dict(payload))
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from error
