@@ -1,0 +1,1 @@
+"""Plain PyTorch references for every HSTU op; the Triton kernels are tested against these."""
