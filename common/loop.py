@@ -1,8 +1,14 @@
 """The one training-loop skeleton every benchmark uses.
 
-A benchmark supplies a `BenchmarkTask` (its train step and its evaluation); the loop owns the
-order of things: fetch a batch (timed as data wait), step (timed as compute), log, evaluate on
-the configured cadence, stop on the step budget or when the quality target is reached.
+A benchmark supplies a `BenchmarkTask` (its train step, its evaluation and what a checkpoint
+holds) and a `StreamingLoader` over its windows; the loop owns the order of things:
+
+    for each window (resuming at the saved window and batch):
+        for each batch:  wait for data (timed) -> step (timed) -> metrics line
+                         -> evaluate on the step grid -> agree on preemption and the clock
+                         -> checkpoint when the policy says so -> stop on preemption/budget
+        evaluate after the window if the schedule says so; checkpoint at the window's end
+    final evaluation; MLPerf run_stop (success when the quality target was reached)
 """
 
 from __future__ import annotations
@@ -10,11 +16,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Iterable, Iterator, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
+from common.checkpoint import CheckpointManager, CheckpointPolicy, TrainingProgress, checkpoint_reason
 from common.metrics_log import MetricsLog
+from common.mllog import MLPerfTracker
+from common.preemption import PreemptionHandler, agree_at_step_boundary
+from common.streaming import StreamingLoader
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +33,7 @@ logger = logging.getLogger(__name__)
 class StepOutput:
     loss: torch.Tensor  # detached scalar (the global mean for multi-rank runs)
     samples: int  # global samples consumed by this step
+    sample_ids: torch.Tensor | None = None  # this rank's sample ids (for the resume audit log)
 
 
 @dataclasses.dataclass
@@ -33,27 +44,54 @@ class EvalOutput:
 
 
 class BenchmarkTask(Protocol):
-    def train_step(self, batch: object) -> StepOutput: ...
+    def train_step(self, batch: Any) -> StepOutput: ...
 
     def evaluate(self) -> EvalOutput: ...
+
+    def app_state(self) -> dict[str, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    max_steps: int
-    eval_every_steps: int  # 0 = only at the end
-    log_every_steps: int = 50
-    target_quality: float | None = None  # stop early once an eval reaches it
+    max_steps: int = 0  # 0 = until the windows run out
+    eval_every_steps: int = 0  # the step grid; 0 = no grid
+    first_eval_step: int = 0  # grid points before this are skipped (MLPerf closed dlrmv4)
     eval_at_end: bool = True
+    log_every_steps: int = 50
+    target_quality: float | None = None  # stop once an evaluation reaches it
 
 
 @dataclasses.dataclass
-class LoopState:
-    global_step: int = 0
-    samples_seen: int = 0
-    last_eval: EvalOutput | None = None
-    reached_target: bool = False
-    evals: list[EvalOutput] = dataclasses.field(default_factory=list)
+class LoopResult:
+    progress: TrainingProgress
+    last_eval: EvalOutput | None
+    reached_target: bool
+    preempted: bool
+    evals: list[tuple[int, EvalOutput]]
+
+
+class SampleAuditLog:
+    """Per-rank JSON lines {"step", "ids"}: which samples each step trained (tests, audits).
+
+    On resume the lines past the checkpoint are dropped, since those steps are trained again.
+    """
+
+    def __init__(self, path, *, resume_step: int | None) -> None:
+        import json
+
+        self._json = json
+        self.path = path
+        kept = []
+        if resume_step is not None and path.exists():
+            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+        path.write_text("".join(line + "\n" for line in kept))
+        self._fh = open(path, "a", buffering=1)
+
+    def write(self, step: int, ids: torch.Tensor) -> None:
+        self._fh.write(self._json.dumps({"step": step, "ids": [int(i) for i in ids.tolist()]}) + "\n")
+
+    def close(self) -> None:
+        self._fh.close()
 
 
 class TrainLoop:
@@ -62,69 +100,162 @@ class TrainLoop:
         *,
         task: BenchmarkTask,
         config: LoopConfig,
+        loader: StreamingLoader,
+        windows: Sequence[int],
         metrics: MetricsLog,
         is_main: bool,
-        state: LoopState | None = None,
+        progress: TrainingProgress | None = None,
+        eval_after_window: Callable[[int], bool] = lambda key: False,
+        checkpoints: CheckpointManager | None = None,
+        policy: CheckpointPolicy = CheckpointPolicy(),
+        tracker: MLPerfTracker | None = None,
+        mllog_position: Callable[[TrainingProgress], Mapping[str, int]] | None = None,
+        preemption: PreemptionHandler | None = None,
+        sample_log: SampleAuditLog | None = None,
     ) -> None:
         self.task = task
         self.config = config
+        self.loader = loader
+        self.windows = list(windows)
         self.metrics = metrics
         self.is_main = is_main
-        self.state = state or LoopState()
+        self.progress = progress or TrainingProgress()
+        self.eval_after_window = eval_after_window
+        self.checkpoints = checkpoints
+        self.policy = policy
+        self.tracker = tracker
+        self.mllog_position = mllog_position or (lambda p: {"samples_count": p.samples_seen})
+        self.preemption = preemption
+        self.sample_log = sample_log
+        self.evals: list[tuple[int, EvalOutput]] = []
+        self._last_save = time.monotonic()
+        self._last_eval_step = -1
 
-    def run(self, batches: Iterable[object]) -> LoopState:
-        it: Iterator[object] = iter(batches)
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> LoopResult:
+        start, skip = self._resume_point()
+        reached = preempted = False
+        self._block_start()
+        for wi in range(start, len(self.windows)):
+            key = self.windows[wi]
+            next_key = self.windows[wi + 1] if wi + 1 < len(self.windows) else None
+            stop = self._train_window(key, next_key, skip)
+            skip = 0
+            if stop == "preempted":
+                preempted = True
+                break
+            if stop == "target":
+                reached = True
+                break
+            if self.eval_after_window(key) and self._last_eval_step != self.progress.global_step:
+                if self._evaluate():
+                    reached = True
+                    break
+            if stop == "budget":
+                break
+        if not (preempted or reached) and self.config.eval_at_end and self._last_eval_step != self.progress.global_step:
+            reached = self._evaluate()
+        if not preempted and self.tracker is not None:
+            self.tracker.run_stop(success=reached, **self.mllog_position(self.progress))
+        self.loader.close()
+        last = self.evals[-1][1] if self.evals else None
+        return LoopResult(progress=self.progress, last_eval=last, reached_target=reached, preempted=preempted, evals=self.evals)
+
+    def _resume_point(self) -> tuple[int, int]:
+        p = self.progress
+        if p.train_ts is None:
+            return 0, 0
+        if p.train_ts not in self.windows:
+            raise ValueError(f"the checkpoint stands in window {p.train_ts}, which is not in this run's windows")
+        return self.windows.index(p.train_ts), p.batch_idx_in_window
+
+    def _train_window(self, key: int, next_key: int | None, skip: int) -> str | None:
+        """Trains one window; returns why it stopped early ("preempted", "target", "budget") or None."""
+        batches = self.loader.iterate(key, skip=skip, next_key=next_key)
         window_start = time.perf_counter()
-        window_samples = 0
-        window_wait = 0.0
-        while self.state.global_step < self.config.max_steps:
+        window_samples, window_wait = 0, 0.0
+        while True:
+            if self.config.max_steps and self.progress.global_step >= self.config.max_steps:
+                return "budget"  # e.g. resumed from a checkpoint taken at the last step
             t0 = time.perf_counter()
             try:
-                batch = next(it)
+                batch_idx, batch = next(batches)
             except StopIteration:
-                logger.info("training data exhausted after %d steps", self.state.global_step)
-                break
+                return None
             t1 = time.perf_counter()
             out = self.task.train_step(batch)
             loss = float(out.loss)
             t2 = time.perf_counter()
-            self.state.global_step += 1
-            self.state.samples_seen += out.samples
+            p = self.progress
+            p.global_step += 1
+            p.samples_seen += out.samples
+            p.train_ts, p.batch_idx_in_window = key, batch_idx + 1
             window_samples += out.samples
             window_wait += t1 - t0
             self.metrics.write(
                 {
-                    "step": self.state.global_step,
-                    "samples": self.state.samples_seen,
+                    "step": p.global_step,
+                    "samples": p.samples_seen,
+                    "window": key,
+                    "batch_in_window": batch_idx,
                     "loss": loss,
                     "data_wait_s": round(t1 - t0, 6),
                     "compute_s": round(t2 - t1, 6),
                 }
             )
-            if self.state.global_step % self.config.log_every_steps == 0:
+            if self.sample_log is not None and out.sample_ids is not None:
+                self.sample_log.write(p.global_step, out.sample_ids)
+            if p.global_step % self.config.log_every_steps == 0:
                 elapsed = time.perf_counter() - window_start
-                self._progress(loss=loss, samples_per_s=window_samples / elapsed, wait_frac=window_wait / elapsed)
+                self._print_progress(loss, window_samples / max(elapsed, 1e-9), window_wait / max(elapsed, 1e-9), key)
                 window_start, window_samples, window_wait = time.perf_counter(), 0, 0.0
-            if self.config.eval_every_steps and self.state.global_step % self.config.eval_every_steps == 0:
-                if self._evaluate():
-                    return self.state
-        if self.config.eval_at_end and (self.state.last_eval is None or self._last_eval_step != self.state.global_step):
-            self._evaluate()
-        return self.state
+            window_ended = batch_idx + 1 == self.loader.window_sizes[key]
+            if self._on_eval_grid() and self._evaluate():
+                self._maybe_save(window_ended=window_ended, next_key=next_key, stopping=True)
+                return "target"
+            agreed = agree_at_step_boundary(
+                stop_requested_locally=self.preemption is not None and self.preemption.stop_requested(distributed=False),
+                seconds_since_last_save=time.monotonic() - self._last_save,
+            )
+            reason = checkpoint_reason(
+                self.policy,
+                global_step=p.global_step,
+                batch_idx_in_window=p.batch_idx_in_window,
+                seconds_since_last_save=agreed.seconds_since_last_save,
+                window_ended=window_ended,
+                preempt_requested=agreed.stop,
+            )
+            if reason is not None:
+                self._save(reason.value, window_ended=window_ended, next_key=next_key)
+            if agreed.stop:
+                if self.is_main:
+                    saved = "checkpoint saved" if reason is not None else "checkpointing is off: nothing saved"
+                    print(f"[preempt] stop requested: leaving at step {p.global_step} ({saved})", flush=True)
+                return "preempted"
 
-    _last_eval_step: int = -1
+    # --------------------------------------------------------------- evaluation
+    def _on_eval_grid(self) -> bool:
+        step, every = self.progress.global_step, self.config.eval_every_steps
+        return bool(every) and step % every == 0 and step >= self.config.first_eval_step
 
     def _evaluate(self) -> bool:
+        """Runs the evaluation; True when it reached the quality target."""
+        position = dict(self.mllog_position(self.progress))
+        if self.tracker is not None:
+            self.tracker.block_stop(**position)
+            self.tracker.eval_start(**position)
         t0 = time.perf_counter()
         result = self.task.evaluate()
         seconds = time.perf_counter() - t0
-        self.state.last_eval = result
-        self.state.evals.append(result)
-        self._last_eval_step = self.state.global_step
+        self.evals.append((self.progress.global_step, result))
+        self._last_eval_step = self.progress.global_step
+        if self.tracker is not None:
+            self.tracker.eval_accuracy(result.quality, **position)
+            self.tracker.eval_stop(**position)
         self.metrics.write(
             {
-                "step": self.state.global_step,
-                "samples": self.state.samples_seen,
+                "step": self.progress.global_step,
+                "samples": self.progress.samples_seen,
                 "eval_samples": result.samples,
                 "eval_s": round(seconds, 3),
                 **result.metrics,
@@ -132,17 +263,43 @@ class TrainLoop:
         )
         if self.is_main:
             shown = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
-            print(f"[eval] step {self.state.global_step}: {shown} ({result.samples} samples, {seconds:.1f}s)", flush=True)
+            print(f"[eval] step {self.progress.global_step}: {shown} ({result.samples} samples, {seconds:.1f}s)", flush=True)
         target = self.config.target_quality
-        if target is not None and result.quality >= target:
-            self.state.reached_target = True
-            return True
-        return False
+        reached = target is not None and result.quality >= target
+        if not reached:
+            self._block_start()
+        return reached
 
-    def _progress(self, *, loss: float, samples_per_s: float, wait_frac: float) -> None:
+    def _block_start(self) -> None:
+        if self.tracker is not None:
+            self.tracker.block_start(**self.mllog_position(self.progress))
+
+    # -------------------------------------------------------------- checkpoints
+    def _maybe_save(self, *, window_ended: bool, next_key: int | None, stopping: bool) -> None:
+        if self.checkpoints is not None and stopping:
+            self._save("final", window_ended=window_ended, next_key=next_key)
+
+    def _save(self, why: str, *, window_ended: bool, next_key: int | None) -> None:
+        if self.checkpoints is None:
+            return
+        p = self.progress
+        saved = dataclasses.replace(p)
+        if window_ended and next_key is not None:
+            saved.train_ts, saved.batch_idx_in_window = next_key, 0  # resume at the next window
+        if self.tracker is not None:
+            saved.mlperf = self.tracker.state_dict()
+        t0 = time.perf_counter()
+        path = self.checkpoints.save(f"step_{p.global_step:09d}", app_state=self.task.app_state(), metadata=saved.to_json())
+        self._last_save = time.monotonic()
+        self.metrics.write({"step": p.global_step, "checkpoint": str(path), "reason": why, "save_s": round(time.perf_counter() - t0, 3)})
         if self.is_main:
+            print(f"[ckpt] step {p.global_step} ({why}) -> {path} in {time.perf_counter() - t0:.2f}s", flush=True)
+
+    def _print_progress(self, loss: float, samples_per_s: float, wait_frac: float, key: int) -> None:
+        if self.is_main:
+            budget = f"/{self.config.max_steps}" if self.config.max_steps else ""
             print(
-                f"[train] step {self.state.global_step}/{self.config.max_steps} loss {loss:.4f} "
+                f"[train] step {self.progress.global_step}{budget} window {key} loss {loss:.4f} "
                 f"{samples_per_s:,.0f} samples/s (data wait {wait_frac:.0%})",
                 flush=True,
             )

@@ -15,12 +15,17 @@ class MetricsLog:
     Non-main ranks get a no-op writer so call sites need no rank checks.
     """
 
-    def __init__(self, path: Path, *, enabled: bool, truncate: bool) -> None:
+    def __init__(self, path: Path, *, enabled: bool, truncate: bool, keep_through_step: int | None = None) -> None:
+        """`keep_through_step` (on resume): drop lines of steps after the checkpoint, which are
+        trained again, so the file tells the story of the run that counts."""
         self.path = path
         self.enabled = enabled
         self._fh = None
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if not truncate and keep_through_step is not None and path.exists():
+                kept = [r for r in read_metrics(path) if r.get("step", 0) <= keep_through_step]
+                path.write_text("".join(json.dumps(r) + "\n" for r in kept))
             self._fh = open(path, "w" if truncate else "a", buffering=1)
 
     def write(self, record: Mapping[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""From gin's `DataConfig` to ready-to-iterate train and eval loaders.
+"""From gin's `DataConfig` to the train windows and the eval set of a Yambda dataset.
 
 The dataset named in the config is created on first use when it is a synthetic one
 (`yambda-synthetic-<size>-seed<seed>`) and preprocessed when its processed files are missing or
@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Iterator
-
 import gin
 import numpy as np
 import torch
 
 from common.auc import binary_auc
 from common.distributed import DistInfo, barrier
+from common.streaming import TimeWindows, window_batches
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
-from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.loader import make_batch_loader
 from recommendation_v4.data.preprocess import ensure_processed
 from recommendation_v4.data.synthetic import ensure_synthetic
 from recommendation_v4.model.config import HSTUModelConfig, reference_table_rows
@@ -86,30 +83,19 @@ class YambdaData:
             f"{self.train.history_length}, tables {self.table_rows}"
         )
 
-    def train_loader(self, *, global_batch_size: int, seed: int, max_steps: int) -> Iterator[HSTUBatch]:
-        """Global batches from a seeded shuffle, epoch after epoch; this rank gets its slice."""
-        steps_per_epoch = len(self.train) // global_batch_size
-        if steps_per_epoch == 0:
-            raise ValueError(f"{len(self.train)} train samples cannot fill one global batch of {global_batch_size}")
-        epoch = 0
-        produced = 0
-        while produced < max_steps:
-            order = np.random.default_rng([seed, epoch]).permutation(len(self.train))
-            batches = [
-                rank_slice(order[s * global_batch_size : (s + 1) * global_batch_size], self.info)
-                for s in range(min(steps_per_epoch, max_steps - produced))
-            ]
-            yield from make_batch_loader(self.train, batches, num_workers=self.config.num_workers)
-            produced += len(batches)
-            epoch += 1
+    def train_windows(self, *, window_seconds: int) -> TimeWindows:
+        """The train samples grouped into time windows (days by default), in time order."""
+        return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
 
-    def eval_loader(self, *, batch_size: int) -> Iterator[HSTUBatch]:
-        """The fixed eval subset in global batches of `batch_size`, each split across ranks."""
-        batches = [
-            rank_slice(self.eval_indices[s : s + batch_size], self.info)
-            for s in range(0, len(self.eval_indices), batch_size)
-        ]
-        return iter(make_batch_loader(self.eval, batches, num_workers=0))
+    def train_window_batches(self, windows: TimeWindows, key: int, *, global_batch_size: int, seed: int) -> list[np.ndarray]:
+        return window_batches(
+            windows.indices(key),
+            global_batch_size=global_batch_size,
+            rank=self.info.rank,
+            world_size=self.info.world_size,
+            seed=seed,
+            key=key,
+        )
 
     def popularity_baseline_auc(self) -> float:
         """AUC of scoring each eval candidate by its item's listen_plus rate in the train split,
@@ -177,3 +163,62 @@ def prepare_data(*, config: DataConfig, model_config: HSTUModelConfig, info: Dis
         chosen = np.arange(n_eval)
     chosen = chosen[: len(chosen) - len(chosen) % info.world_size]
     return YambdaData(config=config, dataset_dir=dataset_dir, train=train, eval=evaluation, eval_indices=chosen, info=info)
+
+
+class CombinedSource:
+    """One index space over the train split then the eval split, so one loader serves both:
+    index i < len(train) is train sample i, index len(train) + j is eval sample j."""
+
+    def __init__(self, train: YambdaSequenceDataset, evaluation: YambdaSequenceDataset) -> None:
+        self.train, self.eval = train, evaluation
+        self.offset = len(train)
+
+    def get_batch(self, indices: np.ndarray):
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and indices.min() >= self.offset:
+            return self.eval.get_batch(indices - self.offset)
+        if indices.size and indices.max() >= self.offset:
+            raise ValueError("an eval batch mixes train-split and eval-split samples")
+        return self.train.get_batch(indices)
+
+
+@dataclasses.dataclass
+class EvalPlan:
+    """Which samples an evaluation after train window T uses.
+
+    "holdout": the fixed eval subset of the test day (the default, and what the MLPerf
+    reference scores). "next_window": the samples of window T+1 (strictly in the future of
+    everything trained so far), capped at `max_samples`; after the last train window, the
+    test day.
+    """
+
+    data: YambdaData
+    windows: TimeWindows
+    mode: str
+    batch_size: int
+    max_samples: int
+    HOLDOUT_KEY = -1
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("holdout", "next_window"):
+            raise ValueError(f"StreamingConfig.eval_mode must be 'holdout' or 'next_window', got {self.mode!r}")
+        if self.batch_size % self.data.info.world_size:
+            raise ValueError(f"eval batch size {self.batch_size} does not split over {self.data.info.world_size} ranks")
+        self.source = CombinedSource(self.data.train, self.data.eval)
+        self._train_keys = set(self.windows.keys())
+
+    def eval_key(self, train_key: int) -> int:
+        if self.mode == "next_window" and train_key + 1 in self._train_keys:
+            return train_key + 1
+        return self.HOLDOUT_KEY
+
+    def batches(self, eval_key: int) -> list[np.ndarray]:
+        if eval_key == self.HOLDOUT_KEY:
+            chosen = self.data.eval_indices + self.source.offset
+        else:
+            chosen = self.windows.indices(eval_key)
+            if self.max_samples and chosen.size > self.max_samples:
+                pick = np.random.default_rng([EVAL_SUBSET_SEED, eval_key]).choice(chosen.size, self.max_samples, replace=False)
+                chosen = chosen[np.sort(pick)]
+            chosen = chosen[: chosen.size - chosen.size % self.data.info.world_size]
+        return [rank_slice(chosen[s : s + self.batch_size], self.data.info) for s in range(0, chosen.size, self.batch_size)]

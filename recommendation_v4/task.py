@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -45,12 +45,21 @@ class DlrmTask:
     base_lr: float
     warmup_steps: int
     grad_clip_norm: float
-    eval_batches: Callable[[], Iterable[HSTUBatch]]
-    step: int = 0
+    eval_batches: Callable[[], Iterable[tuple[int, HSTUBatch]]]  # (index, batch) of the evaluation due now
+    step: int = 0  # optimizer steps taken (drives the warm-up; restored on resume)
 
     def __post_init__(self) -> None:
         self._dense = dict(self.optimizer.optimizers)["dense"]
         self._dense_params = [p for group in self._dense.param_groups for p in group["params"]]
+
+    def app_state(self) -> dict[str, Any]:
+        """What a checkpoint holds: dense + sharded weights, the fused sparse optimizer state and
+        the dense Adam (a plain torch optimizer, whose state round-trips exactly)."""
+        return {
+            "model": self.dmp.state_dict(),
+            "sparse_optim": self.dmp.fused_optimizer.state_dict(),
+            "dense_optim": self._dense._optimizer,
+        }
 
     def train_step(self, batch: HSTUBatch) -> StepOutput:
         self.dmp.train()
@@ -67,13 +76,15 @@ class DlrmTask:
             group["lr"] = lr
         self.optimizer.step()
         self.step += 1
-        return StepOutput(loss=all_reduce_mean(loss.detach()), samples=batch.batch_size * self.world_size)
+        return StepOutput(
+            loss=all_reduce_mean(loss.detach()), samples=batch.batch_size * self.world_size, sample_ids=batch.sample_ids
+        )
 
     @torch.no_grad()
     def evaluate(self) -> EvalOutput:
         self.dmp.eval()
         scores, labels, losses = [], [], []
-        for batch in self.eval_batches():
+        for _, batch in self.eval_batches():
             batch = batch.to(self.device, non_blocking=True)
             logits = self.dmp(batch, max_seq_len=global_max_sequence_length(self.model, batch))
             losses.append(self.model.loss(logits, batch.labels).detach() * batch.batch_size)

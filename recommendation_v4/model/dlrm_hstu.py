@@ -61,6 +61,7 @@ class DlrmHSTU(KernelModule):
         tasks: tuple[Task, ...] = (LISTEN_PLUS,),
         kernel: HammerKernel = HammerKernel.PYTORCH,
         bf16: bool = False,
+        embedding_device: torch.device | str = "meta",
     ) -> None:
         super().__init__()
         self.config = config
@@ -68,11 +69,11 @@ class DlrmHSTU(KernelModule):
         self.bf16 = bf16
         self.num_contextual = len(F.CONTEXTUAL_FEATURES)
         E, D = config.embedding_dim, config.transducer_dim
-        # built on meta: DistributedModelParallel materialises only each rank's shards
+        # on meta by default: DistributedModelParallel materialises only each rank's shards
         self.embedding_collection = EmbeddingCollection(
             tables=embedding_tables(table_rows=table_rows, embedding_dim=E),
             need_indices=False,
-            device=torch.device("meta"),
+            device=torch.device(embedding_device),
         )
         self.preprocessor = ContextualPreprocessor(
             embedding_dim=E,

@@ -33,10 +33,7 @@ def tiny_bindings(*, data_root: pathlib.Path, output_root: pathlib.Path, run_nam
 
 
 def run_trainer(*, nproc: int, bindings: list[str], timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
-    cmd = launcher + ["-m", "recommendation_v4.train", "--gin_config", str(DEBUG_GIN)]
-    for b in bindings:
-        cmd += ["--gin_bindings", b]
+    cmd = trainer_command(nproc=nproc, bindings=bindings)
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -50,3 +47,41 @@ def train_losses(run_dir: pathlib.Path) -> list[float]:
 
 def eval_records(run_dir: pathlib.Path) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if "auc" in r]
+
+
+def trainer_command(*, nproc: int, bindings: list[str]) -> list[str]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
+    cmd = launcher + ["-m", "recommendation_v4.train", "--gin_config", str(DEBUG_GIN)]
+    for b in bindings:
+        cmd += ["--gin_bindings", b]
+    return cmd
+
+
+def start_trainer(*, nproc: int, bindings: list[str], log_path: pathlib.Path) -> subprocess.Popen:
+    """Starts the trainer in its own session (so the whole process group can be signalled)."""
+    log = open(log_path, "w")
+    return subprocess.Popen(
+        trainer_command(nproc=nproc, bindings=bindings),
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_for_step(run_dir: pathlib.Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> int:
+    """Blocks until metrics.jsonl shows a trained step >= `step`; returns the newest step seen."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    path = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"trainer exited early with {proc.returncode}")
+        if path.exists():
+            steps = [r["step"] for r in read_metrics(path) if "loss" in r]
+            if steps and steps[-1] >= step:
+                return steps[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no step {step} within {timeout}s")
