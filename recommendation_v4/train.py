@@ -67,16 +67,17 @@ class Schedule:
 
 
 def plan_schedule(*, cfg: TrainConfig, stream: StreamingConfig, sizes: dict[int, int]) -> Schedule:
-    """The train windows in time order, the samples they hold, and the eval step grid."""
+    """The train windows in time order, the samples they hold, and the eval step grid.
+
+    `train_samples` is what the windows hold (the MLPerf rules pin it to the dataset's size);
+    each window trains its whole global batches, so up to GBS-1 samples per window are left out.
+    """
     keys = [k for k in sorted(sizes) if k >= stream.start_window]
     if stream.num_windows:
         keys = keys[: stream.num_windows]
     if not keys:
         raise ConfigError(f"no train window at or after StreamingConfig.start_window={stream.start_window}")
-    steps = sum(sizes[k] // cfg.global_batch_size for k in keys)
-    if cfg.max_steps:
-        steps = min(steps, cfg.max_steps)
-    train_samples = steps * cfg.global_batch_size
+    train_samples = sum(sizes[k] for k in keys)
     if cfg.eval_every_steps and stream.eval_every_data_pct:
         raise ConfigError("set TrainConfig.eval_every_steps or StreamingConfig.eval_every_data_pct, not both")
     every = cfg.eval_every_steps

@@ -32,8 +32,10 @@ def tiny_bindings(*, data_root: pathlib.Path, output_root: pathlib.Path, run_nam
     ]
 
 
-def run_trainer(*, nproc: int, bindings: list[str], timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = trainer_command(nproc=nproc, bindings=bindings)
+def run_trainer(
+    *, nproc: int, bindings: list[str], timeout: int = 600, env: dict | None = None, gin_file: pathlib.Path = DEBUG_GIN
+) -> subprocess.CompletedProcess:
+    cmd = trainer_command(nproc=nproc, bindings=bindings, gin_file=gin_file)
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -49,9 +51,9 @@ def eval_records(run_dir: pathlib.Path) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if "auc" in r]
 
 
-def trainer_command(*, nproc: int, bindings: list[str]) -> list[str]:
+def trainer_command(*, nproc: int, bindings: list[str], gin_file: pathlib.Path = DEBUG_GIN) -> list[str]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
-    cmd = launcher + ["-m", "recommendation_v4.train", "--gin_config", str(DEBUG_GIN)]
+    cmd = launcher + ["-m", "recommendation_v4.train", "--gin_config", str(gin_file)]
     for b in bindings:
         cmd += ["--gin_bindings", b]
     return cmd
