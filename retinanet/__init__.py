@@ -1,0 +1,1 @@
+"""RetinaNet (ResNeXt50-32x4d FPN) on the MLPerf OpenImages subset: data, model and evaluation."""

@@ -1,0 +1,1 @@
+"""OpenImages-MLPerf data: directory layout, COCO annotations, synthetic generator and loader."""

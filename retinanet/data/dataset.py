@@ -1,0 +1,165 @@
+"""Map-style OpenImages-MLPerf detection dataset over a list of image records.
+
+A window loader can hand it any block of records; each item reads one JPEG, decodes it,
+resizes it to the configured square and flips it (training) with a generator keyed on
+(seed, epoch, image id). ImageNet normalisation happens when samples are collated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from retinanet.data import layout
+from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
+from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
+from retinanet.data.records import ImageRecord
+from retinanet.data.transforms import decode_jpeg_rgb, flip_decision, horizontal_flip, resize_square
+
+
+class BadImageError(RuntimeError):
+    """An image file is missing, corrupt, truncated or not the size its annotation says."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderSettings:
+    """Per-image processing options (reference values by default)."""
+
+    image_size: int = 800
+    augment: bool = False  # horizontal flip; on for training only
+    flip_probability: float = 0.5
+    seed: int = 0
+    epoch: int = 0  # epoch of indices 0..len-1; index len * k + i is image i in epoch + k
+    skip_bad_files: bool = False
+    normalize: bool = True  # False: batches carry uint8 images, normalised on the accelerator
+
+    def __post_init__(self) -> None:
+        if self.image_size < 32:
+            raise ValueError(f"image_size must be >= 32, got {self.image_size}")
+        if not 0.0 <= self.flip_probability <= 1.0:
+            raise ValueError(f"flip_probability must be in [0, 1], got {self.flip_probability}")
+
+
+class OpenImagesDetectionDataset(torch.utils.data.Dataset):
+    """Items are DetectionSample, or SkippedSample for a bad file when skip_bad_files is set."""
+
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        *,
+        images_dir: str | Path,
+        categories: CategoryMap,
+        settings: LoaderSettings,
+        annotations_file: str | Path | None = None,
+    ) -> None:
+        self.records = records
+        self.images_dir = Path(images_dir)
+        self.categories = categories
+        self.settings = settings
+        self.annotations_file = annotations_file  # named in errors about the file it describes
+
+    @classmethod
+    def from_split(
+        cls,
+        dataset_dir: str | Path,
+        split: str,
+        *,
+        settings: LoaderSettings,
+        drop_images_without_boxes: bool | None = None,
+    ) -> OpenImagesDetectionDataset:
+        """All images of a split; the train split drops images without boxes, as the reference does."""
+        paths = layout.split_paths(dataset_dir, split)
+        if drop_images_without_boxes is None:
+            drop_images_without_boxes = split == layout.TRAIN_SPLIT
+        index = load_coco_detection_index(paths.annotations_file, drop_images_without_boxes=drop_images_without_boxes)
+        return cls(
+            index.images,
+            images_dir=paths.images_dir,
+            categories=index.categories,
+            settings=settings,
+            annotations_file=paths.annotations_file,
+        )
+
+    def with_epoch(self, epoch: int) -> OpenImagesDetectionDataset:
+        """The same records with the flips of another epoch."""
+        return OpenImagesDetectionDataset(
+            self.records,
+            images_dir=self.images_dir,
+            categories=self.categories,
+            settings=dataclasses.replace(self.settings, epoch=epoch),
+            annotations_file=self.annotations_file,
+        )
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> DetectionSample | SkippedSample:
+        """Image `index % len` with the augmentation of epoch `settings.epoch + index // len`.
+
+        Indices past the end address later epochs, so persistent workers serve any epoch
+        without being told about it, and a resumed run replays the same flips.
+        """
+        if index < 0:
+            raise IndexError(f"sample index must be >= 0, got {index}")
+        passes, position = divmod(int(index), len(self.records))
+        record = self.records[position]
+        path = self.images_dir / record.file_name
+        try:
+            return self._load(record, path, epoch=self.settings.epoch + passes)
+        except BadImageError as error:
+            if self.settings.skip_bad_files:
+                return SkippedSample(path=str(path), reason=str(error), image_size=self.settings.image_size)
+            raise
+
+    def _read_and_decode(self, record: ImageRecord, path: Path) -> tuple[torch.Tensor, int]:
+        source = f" (listed in {self.annotations_file})" if self.annotations_file else ""
+        try:
+            encoded = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        except FileNotFoundError as error:
+            raise BadImageError(f"{path}: image file is missing{source}") from error
+        except OSError as error:
+            raise BadImageError(f"{path}: image file cannot be read ({error})") from error
+        try:
+            with torch.profiler.record_function("## retinanet.decode_jpeg ##"):
+                image = decode_jpeg_rgb(encoded)
+        except (RuntimeError, ValueError) as error:
+            raise BadImageError(f"{path}: corrupt or truncated JPEG ({error})") from error
+        if tuple(image.shape[-2:]) != (record.height, record.width):
+            # Boxes are in the annotated frame; a different decoded size (e.g. a rotated file) would misplace them.
+            raise BadImageError(
+                f"{path}: decoded size {image.shape[-1]}x{image.shape[-2]} differs from the annotated "
+                f"{record.width}x{record.height}{source}"
+            )
+        return image, encoded.numel()
+
+    def get_batch(self, indices: np.ndarray) -> DetectionBatch:
+        """One collated batch: the BatchSource of common.streaming.StreamingLoader."""
+        return collate_detection_samples([self[int(i)] for i in indices], normalize=self.settings.normalize)
+
+    def _load(self, record: ImageRecord, path: Path, *, epoch: int) -> DetectionSample:
+        image, num_bytes = self._read_and_decode(record, path)
+        settings = self.settings
+        image, boxes = resize_square(
+            image,
+            torch.from_numpy(record.boxes_xyxy),
+            size=settings.image_size,
+            annotated_hw=(record.height, record.width),
+        )
+        flipped = settings.augment and flip_decision(
+            seed=settings.seed, epoch=epoch, image_id=record.image_id, probability=settings.flip_probability
+        )
+        if flipped:
+            image, boxes = horizontal_flip(image, boxes)
+        return DetectionSample(
+            image=image,
+            boxes=boxes,
+            labels=torch.from_numpy(self.categories.labels_of(record.category_ids)),
+            image_id=record.image_id,
+            original_hw=(record.height, record.width),
+            flipped=flipped,
+            num_bytes=num_bytes,
+        )

@@ -1,0 +1,355 @@
+"""Synthetic OpenImages-MLPerf dataset: real JPEG files and COCO json in the reference layout.
+
+    python -m retinanet.data.synthetic --size tiny --seed 0 --out DIR
+
+Every image is a pure function of (seed, split, index), so the output is byte-identical for a
+seed whatever the number of worker processes. Objects of each class share a shape and colour
+(see synthetic_drawing.py) at annotated boxes, so a detector's mAP rises as it learns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from retinanet.data import layout
+from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
+from retinanet.data.synthetic_drawing import class_appearances, render_image, sample_object_boxes
+
+_SPLIT_CODES = {layout.TRAIN_SPLIT: 0, layout.VALIDATION_SPLIT: 1}
+# Landscape photos dominate OpenImages; portrait, wide and square ones make up the rest.
+_ASPECT_RATIOS = ((4, 3), (3, 4), (3, 2), (2, 3), (16, 9), (1, 1))
+_ASPECT_WEIGHTS = (0.35, 0.15, 0.15, 0.1, 0.15, 0.1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticSize:
+    """How much to generate and what the pictures look like."""
+
+    num_train: int
+    num_validation: int
+    num_classes: int
+    long_side: tuple[int, int]  # inclusive range of the longer image side, pixels
+    jpeg_quality: tuple[int, int]
+    noise_std: tuple[float, float]  # pixel noise amplitude range; drives JPEG size
+    max_objects: int
+    object_fraction: tuple[float, float]  # object side as a fraction of the shorter image side
+
+    def __post_init__(self) -> None:
+        if self.num_train < 1 or self.num_validation < 1:
+            raise ValueError("num_train and num_validation must be >= 1")
+        if not 1 <= self.num_classes <= len(MLPERF_OPENIMAGES_CLASSES):
+            raise ValueError(f"num_classes must be in [1, {len(MLPERF_OPENIMAGES_CLASSES)}], got {self.num_classes}")
+        if not 32 <= self.long_side[0] <= self.long_side[1]:
+            raise ValueError(f"long_side must be an increasing range >= 32, got {self.long_side}")
+        if not 1 <= self.jpeg_quality[0] <= self.jpeg_quality[1] <= 100:
+            raise ValueError(f"jpeg_quality must be a range within [1, 100], got {self.jpeg_quality}")
+        if self.max_objects < 1:
+            raise ValueError("max_objects must be >= 1")
+
+
+_BENCH_LOOK = dict(
+    num_classes=264,
+    long_side=(1024, 1536),
+    jpeg_quality=(85, 95),
+    noise_std=(5.0, 10.0),
+    max_objects=6,
+    object_fraction=(0.08, 0.45),
+)
+SYNTHETIC_SIZES: dict[str, SyntheticSize] = {
+    # Seconds to generate: unit tests and the tiny CPU training config.
+    "tiny": SyntheticSize(
+        num_train=32,
+        num_validation=16,
+        num_classes=4,
+        long_side=(160, 320),
+        jpeg_quality=(75, 95),
+        noise_std=(2.0, 8.0),
+        max_objects=3,
+        object_fraction=(0.2, 0.5),
+    ),
+    # A few minutes of CPU training on small pictures.
+    "small": SyntheticSize(
+        num_train=1024,
+        num_validation=128,
+        num_classes=6,
+        long_side=(192, 384),
+        jpeg_quality=(75, 95),
+        noise_std=(2.0, 8.0),
+        max_objects=4,
+        object_fraction=(0.15, 0.5),
+    ),
+    # Reference-like files (~1-1.5k px, ~320 KB mean) for loader throughput.
+    "bench": SyntheticSize(num_train=512, num_validation=64, **_BENCH_LOOK),
+    # The reference subset's image counts: about 380 GB, for storage sizing runs.
+    "reference": SyntheticSize(
+        num_train=layout.REFERENCE_NUM_TRAIN_IMAGES,
+        num_validation=layout.REFERENCE_NUM_VALIDATION_IMAGES,
+        **_BENCH_LOOK,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteSizeStats:
+    count: int
+    total: int
+    mean: float
+    p50: float
+    p90: float
+    min: int
+    max: int
+
+    @classmethod
+    def of(cls, sizes: list[int]) -> ByteSizeStats:
+        values = np.asarray(sizes, dtype=np.int64)
+        return cls(
+            count=len(values),
+            total=int(values.sum()),
+            mean=float(values.mean()),
+            p50=float(np.percentile(values, 50)),
+            p90=float(np.percentile(values, 90)),
+            min=int(values.min()),
+            max=int(values.max()),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationReport:
+    out_dir: Path
+    size: SyntheticSize
+    seed: int
+    num_boxes: dict[str, int]
+    jpeg_bytes: dict[str, ByteSizeStats]
+
+    def summary(self) -> str:
+        lines = [
+            f"synthetic OpenImages-MLPerf dataset at {self.out_dir} (seed {self.seed}, {self.size.num_classes} classes)"
+        ]
+        for split, stats in self.jpeg_bytes.items():
+            lines.append(
+                f"  {split}: {stats.count} images, {self.num_boxes[split]} boxes, JPEG bytes mean {stats.mean:,.0f} "
+                f"p50 {stats.p50:,.0f} p90 {stats.p90:,.0f} "
+                f"(min {stats.min:,}, max {stats.max:,}, total {stats.total:,})"
+            )
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ImageTask:
+    seed: int
+    split: str
+    index: int
+    images_dir: Path
+    size: SyntheticSize
+
+
+@dataclasses.dataclass(frozen=True)
+class _ImageResult:
+    file_name: str
+    width: int
+    height: int
+    objects: list[tuple[int, tuple[int, int, int, int]]]  # (label, inclusive pixel box)
+    num_bytes: int
+
+
+def image_file_stem(*, seed: int, split: str, index: int) -> str:
+    """16 hex digits, like OpenImages image ids, stable for (seed, split, index)."""
+    return hashlib.blake2b(f"{seed}:{split}:{index}".encode(), digest_size=8).hexdigest()
+
+
+def _generate_one(task: _ImageTask) -> _ImageResult:
+    size = task.size
+    rng = np.random.default_rng([task.seed, _SPLIT_CODES[task.split], task.index])
+    long_side = int(rng.integers(size.long_side[0], size.long_side[1] + 1))
+    ratio_w, ratio_h = _ASPECT_RATIOS[int(rng.choice(len(_ASPECT_RATIOS), p=_ASPECT_WEIGHTS))]
+    if ratio_w >= ratio_h:
+        width, height = long_side, max(16, round(long_side * ratio_h / ratio_w))
+    else:
+        width, height = max(16, round(long_side * ratio_w / ratio_h)), long_side
+    boxes = sample_object_boxes(
+        rng,
+        width=width,
+        height=height,
+        num_objects=int(rng.integers(1, size.max_objects + 1)),
+        min_fraction=size.object_fraction[0],
+        max_fraction=size.object_fraction[1],
+    )
+    objects = [(int(rng.integers(0, size.num_classes)), box) for box in boxes]
+    picture = render_image(
+        rng,
+        width=width,
+        height=height,
+        objects=objects,
+        appearances=class_appearances(size.num_classes),
+        noise_std=float(rng.uniform(*size.noise_std)),
+    )
+    buffer = io.BytesIO()
+    picture.save(buffer, format="JPEG", quality=int(rng.integers(size.jpeg_quality[0], size.jpeg_quality[1] + 1)))
+    file_name = image_file_stem(seed=task.seed, split=task.split, index=task.index) + ".jpg"
+    (task.images_dir / file_name).write_bytes(buffer.getvalue())
+    return _ImageResult(file_name=file_name, width=width, height=height, objects=objects, num_bytes=buffer.tell())
+
+
+def _coco_json(results: list[_ImageResult], *, num_classes: int, split: str, seed: int) -> dict[str, Any]:
+    images, annotations = [], []
+    for image_id, result in enumerate(results, start=1):
+        images.append({"id": image_id, "file_name": result.file_name, "width": result.width, "height": result.height})
+        for label, (x0, y0, x1, y1) in result.objects:
+            width, height = x1 - x0 + 1, y1 - y0 + 1  # inclusive pixel box -> continuous extent
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": label + 1,
+                    "bbox": [x0, y0, width, height],
+                    "area": width * height,
+                    "iscrowd": 0,
+                    "IsGroupOf": 0,
+                }
+            )
+    categories = [
+        {"id": label + 1, "name": MLPERF_OPENIMAGES_CLASSES[label], "supercategory": None}
+        for label in range(num_classes)
+    ]
+    info = {"description": f"synthetic OpenImages-MLPerf {split} split", "version": "1.0", "seed": seed}
+    return {"info": info, "licenses": [], "categories": categories, "images": images, "annotations": annotations}
+
+
+def _results_in_order(tasks: list[_ImageTask], *, workers: int) -> Iterator[_ImageResult]:
+    if workers <= 1:
+        yield from map(_generate_one, tasks)
+        return
+    # fork would copy whatever threads the parent runs (torch, tqdm); spawn is the safe start method.
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        yield from pool.imap(_generate_one, tasks, chunksize=4)
+
+
+def _write_json_atomically(path: Path, content: dict[str, Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(content, separators=(",", ":")))
+    os.replace(temporary, path)
+
+
+def generate_synthetic_dataset(
+    out_dir: str | Path,
+    *,
+    size: SyntheticSize,
+    seed: int,
+    workers: int = 1,
+    progress: bool | None = None,
+    overwrite: bool = False,
+) -> GenerationReport:
+    """Writes both splits under `out_dir`; the labels json of a split is written last, atomically."""
+    out_dir = Path(out_dir)
+    info_file = out_dir / layout.GENERATOR_INFO_FILENAME
+    if any(layout.split_paths(out_dir, split).annotations_file.exists() for split in layout.SPLITS):
+        if not overwrite:
+            raise FileExistsError(f"{out_dir} already holds a dataset; pass overwrite=True (--overwrite) to replace it")
+        if not info_file.exists():
+            # Never delete a directory this generator did not write (it may be the real download).
+            raise FileExistsError(
+                f"{out_dir} holds a dataset without {layout.GENERATOR_INFO_FILENAME}; refusing to overwrite"
+            )
+        for split in layout.SPLITS:
+            shutil.rmtree(out_dir / split, ignore_errors=True)
+    show_progress = (size.num_train + size.num_validation > 200) if progress is None else progress
+
+    jpeg_bytes: dict[str, ByteSizeStats] = {}
+    num_boxes: dict[str, int] = {}
+    for split, count in ((layout.TRAIN_SPLIT, size.num_train), (layout.VALIDATION_SPLIT, size.num_validation)):
+        paths = layout.split_paths(out_dir, split)
+        paths.images_dir.mkdir(parents=True, exist_ok=True)
+        paths.annotations_file.parent.mkdir(parents=True, exist_ok=True)
+        tasks = [
+            _ImageTask(seed=seed, split=split, index=i, images_dir=paths.images_dir, size=size) for i in range(count)
+        ]
+        results = list(
+            tqdm(
+                _results_in_order(tasks, workers=workers),
+                total=count,
+                desc=f"synthetic {split}",
+                unit="img",
+                disable=not show_progress,
+                file=sys.stderr,
+            )
+        )
+        _write_json_atomically(
+            paths.annotations_file, _coco_json(results, num_classes=size.num_classes, split=split, seed=seed)
+        )
+        jpeg_bytes[split] = ByteSizeStats.of([r.num_bytes for r in results])
+        num_boxes[split] = sum(len(r.objects) for r in results)
+
+    report = GenerationReport(out_dir=out_dir, size=size, seed=seed, num_boxes=num_boxes, jpeg_bytes=jpeg_bytes)
+    _write_json_atomically(
+        info_file,
+        {
+            "generator": "retinanet.data.synthetic",
+            "seed": seed,
+            "size": dataclasses.asdict(size),
+            "num_boxes": num_boxes,
+            "jpeg_bytes": {split: dataclasses.asdict(s) for split, s in jpeg_bytes.items()},
+        },
+    )
+    return report
+
+
+def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: int, workers: int = 1) -> Path:
+    """Generates the dataset unless `out_dir` already holds the one these arguments describe."""
+    out_dir = Path(out_dir)
+    info_file = out_dir / layout.GENERATOR_INFO_FILENAME
+    if info_file.exists():
+        info = json.loads(info_file.read_text())
+        if info.get("seed") == seed and info.get("size") == json.loads(json.dumps(dataclasses.asdict(size))):
+            return out_dir
+        raise FileExistsError(
+            f"{out_dir} holds a synthetic dataset made with other settings ({info_file}); "
+            "choose another directory or regenerate it with --overwrite"
+        )
+    generate_synthetic_dataset(out_dir, size=size, seed=seed, workers=workers)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="dataset directory to create")
+    parser.add_argument("--size", default="tiny", choices=sorted(SYNTHETIC_SIZES))
+    parser.add_argument("--seed", default=0, type=int)
+    parser.add_argument("--workers", default=1, type=int, help="generator processes (output is the same for any value)")
+    parser.add_argument("--num-train", type=int, help="override the size's train image count")
+    parser.add_argument("--num-validation", type=int, help="override the size's validation image count")
+    parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing synthetic dataset in --out")
+    args = parser.parse_args(argv)
+    overrides = {
+        key: value
+        for key, value in (
+            ("num_train", args.num_train),
+            ("num_validation", args.num_validation),
+            ("num_classes", args.num_classes),
+        )
+        if value is not None
+    }
+    size = dataclasses.replace(SYNTHETIC_SIZES[args.size], **overrides)
+    report = generate_synthetic_dataset(
+        args.out, size=size, seed=args.seed, workers=args.workers, overwrite=args.overwrite
+    )
+    print(report.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Per-image work of the loader: JPEG decode, square resize with boxes, flip, ImageNet normalisation.
+
+Geometry stays on uint8 pixels and normalisation comes last (at collation, straight into the
+batch buffer), so resize and flip move a quarter of the bytes float32 images would.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torchvision.transforms.v2.functional as TF
+from torchvision.io import ImageReadMode, decode_jpeg
+
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+_MASK_64 = (1 << 64) - 1
+_MEAN = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(3, 1, 1)
+_STD = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(3, 1, 1)
+# (x / 255 - mean) / std == x * scale + shift: one multiply and one add per pixel.
+_NORMALIZE_SCALE = 1.0 / (255.0 * _STD)
+_NORMALIZE_SHIFT = -_MEAN / _STD
+
+
+def decode_jpeg_rgb(encoded: torch.Tensor) -> torch.Tensor:
+    """uint8 [3, H, W]; grayscale and CMYK files (OpenImages has both) come out as RGB.
+
+    Raises RuntimeError for corrupt or truncated data.
+    """
+    with warnings.catch_warnings():
+        # torchvision 0.29 warns on every call that torchvision.io is deprecated in favour of TorchCodec.
+        warnings.filterwarnings("ignore", message=".*decoding and encoding capabilities of TorchVision.*")
+        return decode_jpeg(encoded, mode=ImageReadMode.RGB)
+
+
+def resize_square(
+    image: torch.Tensor, boxes_xyxy: torch.Tensor, *, size: int, annotated_hw: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bilinear (antialiased) resize of a uint8 image to size x size; boxes scale with it.
+
+    Boxes are in the annotation's pixel frame, so they scale by size / annotated side.
+    """
+    with torch.profiler.record_function("## retinanet.resize ##"):
+        resized = TF.resize(image, [size, size], antialias=True)
+    height, width = annotated_hw
+    scale = torch.tensor([size / width, size / height, size / width, size / height], dtype=torch.float32)
+    return resized, boxes_xyxy * scale
+
+
+def horizontal_flip(image: torch.Tensor, boxes_xyxy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mirrors a [C, H, W] image and its xyxy boxes left-right."""
+    width = image.shape[-1]
+    flipped_boxes = boxes_xyxy[:, [2, 1, 0, 3]] * torch.tensor([-1.0, 1.0, -1.0, 1.0]) + torch.tensor(
+        [width, 0.0, width, 0.0]
+    )
+    return image.flip(-1), flipped_boxes
+
+
+def normalize_imagenet_(images: torch.Tensor) -> torch.Tensor:
+    """In place (x / 255 - mean) / std of float images [..., 3, H, W] holding 0..255 values (any device)."""
+    if images.device.type == "cpu":
+        return images.mul_(_NORMALIZE_SCALE).add_(_NORMALIZE_SHIFT)
+    return images.mul_(_NORMALIZE_SCALE.to(images.device)).add_(_NORMALIZE_SHIFT.to(images.device))
+
+
+def normalize_imagenet(image: torch.Tensor) -> torch.Tensor:
+    """float32 (x / 255 - mean) / std of a uint8 [..., 3, H, W] image."""
+    # Convert once, then two in-place passes: measured 3x faster than a mixed-dtype subtract.
+    return normalize_imagenet_(image.to(torch.float32))
+
+
+def _splitmix64(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & _MASK_64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK_64
+    return value ^ (value >> 31)
+
+
+def sample_generator(*, seed: int, epoch: int, image_id: int) -> torch.Generator:
+    """A generator seeded from (seed, epoch, image id) alone.
+
+    Keyed on the image id rather than a position so that any window blocking, worker count
+    or resume point replays exactly the same augmentation for an image in an epoch.
+    """
+    mixed = _splitmix64(_splitmix64(_splitmix64(seed & _MASK_64) ^ (epoch & _MASK_64)) ^ (image_id & _MASK_64))
+    generator = torch.Generator()
+    generator.manual_seed(mixed & ((1 << 63) - 1))
+    return generator
+
+
+def flip_decision(*, seed: int, epoch: int, image_id: int, probability: float = 0.5) -> bool:
+    """Whether the image is flipped this epoch."""
+    generator = sample_generator(seed=seed, epoch=epoch, image_id=image_id)
+    return bool(torch.rand((), generator=generator) < probability)

@@ -1,0 +1,1 @@
+"""RetinaNet model: flavors, backbone with FPN, detector with losses and postprocessing."""

@@ -1,0 +1,50 @@
+import pytest
+
+from recommendation_v4.data import features as F
+from recommendation_v4.sharding import ShardingConfig, ShardingConfigError, table_constraints
+from recommendation_v4.task import linear_warmup
+
+TABLES = list(F.TABLE_FEATURES)
+
+
+def test_overrides_become_constraints():
+    cfg = ShardingConfig(
+        default_sharding_type="row_wise",
+        sharding_overrides={"artist_id": "column_wise", "uid": "table_wise"},
+        placement_overrides={"item_id": "uvm_caching"},
+    )
+    got = table_constraints(table_names=TABLES, config=cfg, device_type="cuda")
+    assert got["artist_id"].sharding_types == ["column_wise"]
+    assert got["uid"].sharding_types == ["table_wise"]
+    assert got["album_id"].sharding_types == ["row_wise"]
+    assert got["item_id"].compute_kernels == ["fused_uvm_caching"]
+    assert got["album_id"].compute_kernels is None  # "auto": the planner chooses
+
+
+def test_cpu_forces_the_fused_kernel():
+    got = table_constraints(table_names=TABLES, config=ShardingConfig(), device_type="cpu")
+    assert {tuple(c.compute_kernels) for c in got.values()} == {("fused",)}
+    assert all(c.sharding_types is None for c in got.values())
+
+
+@pytest.mark.parametrize(
+    "cfg,message",
+    [
+        (ShardingConfig(sharding_overrides={"items": "row_wise"}), r"unknown table\(s\) \['items'\]"),
+        (ShardingConfig(placement_overrides={"user": "hbm"}), r"placement_overrides names unknown table\(s\) \['user'\]"),
+        (ShardingConfig(sharding_overrides={"uid": "diagonal"}), "table uid: unknown sharding type 'diagonal'"),
+        (ShardingConfig(placement_overrides={"uid": "ssd"}), "table uid: unknown placement 'ssd'"),
+        (ShardingConfig(sharding_overrides={"uid": "data_parallel"}), "data_parallel sharding of an EmbeddingCollection does not work on CPU"),
+        (ShardingConfig(placement_overrides={"uid": "uvm"}), "placement 'uvm' needs a GPU"),
+    ],
+)
+def test_bad_overrides_name_the_table_and_the_problem(cfg, message):
+    with pytest.raises(ShardingConfigError, match=message):
+        table_constraints(table_names=TABLES, config=cfg, device_type="cpu")
+
+
+def test_linear_warmup_from_zero():
+    assert linear_warmup(0, base_lr=1.0, warmup_steps=4) == 0.25
+    assert linear_warmup(3, base_lr=1.0, warmup_steps=4) == 1.0
+    assert linear_warmup(100, base_lr=2.0, warmup_steps=4) == 2.0
+    assert linear_warmup(0, base_lr=2.0, warmup_steps=0) == 2.0
