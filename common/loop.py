@@ -9,6 +9,11 @@ holds) and a `StreamingLoader` over its windows; the loop owns the order of thin
                          -> checkpoint when the policy says so -> stop on preemption/budget
         evaluate after the window if the schedule says so; checkpoint at the window's end
     final evaluation; MLPerf run_stop (success when the quality target was reached)
+
+mllog blocks run from one evaluation to the next; `mllog_position(progress)` names a position
+(samples_count for DLRM, epoch_num for epoch-based benchmarks). A block that starts after an
+evaluation at a window's end is positioned at the next window, so with one window (or a few)
+per epoch and `eval_after_window` true at an epoch's last window, blocks line up with epochs.
 """
 
 from __future__ import annotations
@@ -135,7 +140,7 @@ class TrainLoop:
     def run(self) -> LoopResult:
         start, skip = self._resume_point()
         reached = preempted = False
-        self._block_start()
+        self._block_start(self.progress)
         for wi in range(start, len(self.windows)):
             key = self.windows[wi]
             next_key = self.windows[wi + 1] if wi + 1 < len(self.windows) else None
@@ -148,13 +153,14 @@ class TrainLoop:
                 reached = True
                 break
             if self.eval_after_window(key) and self._last_eval_step != self.progress.global_step:
-                if self._evaluate():
+                continues_at = None if stop == "budget" else self._continuation(window_ended=True, next_key=next_key)
+                if self._evaluate(continues_at=continues_at):
                     reached = True
                     break
             if stop == "budget":
                 break
         if not (preempted or reached) and self.config.eval_at_end and self._last_eval_step != self.progress.global_step:
-            reached = self._evaluate()
+            reached = self._evaluate(continues_at=None)
         if not preempted and self.tracker is not None:
             self.tracker.run_stop(success=reached, **self.mllog_position(self.progress))
         self.loader.close()
@@ -210,7 +216,9 @@ class TrainLoop:
                 self._print_progress(loss, window_samples / max(elapsed, 1e-9), window_wait / max(elapsed, 1e-9), key)
                 window_start, window_samples, window_wait = time.perf_counter(), 0, 0.0
             window_ended = batch_idx + 1 == self.loader.window_sizes[key]
-            if self._on_eval_grid() and self._evaluate():
+            if self._on_eval_grid() and self._evaluate(
+                continues_at=self._continuation(window_ended=window_ended, next_key=next_key)
+            ):
                 self._maybe_save(window_ended=window_ended, next_key=next_key, stopping=True)
                 return "target"
             agreed = agree_at_step_boundary(
@@ -238,8 +246,26 @@ class TrainLoop:
         step, every = self.progress.global_step, self.config.eval_every_steps
         return bool(every) and step % every == 0 and step >= self.config.first_eval_step
 
-    def _evaluate(self) -> bool:
-        """Runs the evaluation; True when it reached the quality target."""
+    def _continuation(self, *, window_ended: bool, next_key: int | None) -> TrainingProgress | None:
+        """Where training goes on after this step (None: nowhere, the run is over).
+
+        At a window's end that is the start of the next window: an epoch-based benchmark's
+        next block belongs to the next epoch, although the last trained batch does not.
+        """
+        p = self.progress
+        if self.config.max_steps and p.global_step >= self.config.max_steps:
+            return None
+        if not window_ended:
+            return p
+        if next_key is None:
+            return None
+        return dataclasses.replace(p, train_ts=next_key, batch_idx_in_window=0)
+
+    def _evaluate(self, *, continues_at: TrainingProgress | None) -> bool:
+        """Runs the evaluation; True when it reached the quality target.
+
+        Unless it did, the next mllog block starts at `continues_at` (none when the run ends here).
+        """
         position = dict(self.mllog_position(self.progress))
         if self.tracker is not None:
             self.tracker.block_stop(**position)
@@ -266,13 +292,13 @@ class TrainLoop:
             print(f"[eval] step {self.progress.global_step}: {shown} ({result.samples} samples, {seconds:.1f}s)", flush=True)
         target = self.config.target_quality
         reached = target is not None and result.quality >= target
-        if not reached:
-            self._block_start()
+        if not reached and continues_at is not None:
+            self._block_start(continues_at)
         return reached
 
-    def _block_start(self) -> None:
+    def _block_start(self, at: TrainingProgress) -> None:
         if self.tracker is not None:
-            self.tracker.block_start(**self.mllog_position(self.progress))
+            self.tracker.block_start(**self.mllog_position(at))
 
     # -------------------------------------------------------------- checkpoints
     def _maybe_save(self, *, window_ended: bool, next_key: int | None, stopping: bool) -> None:

@@ -54,6 +54,7 @@ def _random_targets(
 def measure_training_images_per_s(
     *,
     flavor_name: str = "tiny",
+    image_size: int | None = None,
     batch_size: int = 8,
     num_steps: int = 5,
     warmup_steps: int = 1,
@@ -61,10 +62,12 @@ def measure_training_images_per_s(
     channels_last: bool = False,
     seed: int = 0,
 ) -> TrainingThroughput:
-    """Times num_steps optimizer steps after warmup_steps untimed ones."""
+    """Times num_steps optimizer steps after warmup_steps untimed ones (at the flavor's size unless image_size)."""
     if batch_size < 1 or num_steps < 1 or warmup_steps < 0:
         raise ValueError("batch_size and num_steps must be >= 1 and warmup_steps >= 0")
     flavor = get_flavor(flavor_name)
+    if image_size is not None:
+        flavor = dataclasses.replace(flavor, image_size=image_size)
     torch_device = torch.device(device)
     torch.manual_seed(seed)
     model = build_retinanet(flavor, channels_last=channels_last).to(torch_device).train()
@@ -104,6 +107,7 @@ def measure_training_images_per_s(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flavor", default="tiny", choices=sorted(FLAVORS))
+    parser.add_argument("--image-size", type=int, help="square input side (default: the flavor's)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup-steps", type=int, default=1)
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     result = measure_training_images_per_s(
         flavor_name=args.flavor,
+        image_size=args.image_size,
         batch_size=args.batch_size,
         num_steps=args.steps,
         warmup_steps=args.warmup_steps,

@@ -33,3 +33,12 @@ def single_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_root(tiny_dataset_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trainer data root (<root>/retinanet/synthetic-tiny-seed0) holding the session's tiny dataset."""
+    root = tmp_path_factory.mktemp("retinanet_data_root")
+    (root / "retinanet").mkdir()
+    (root / "retinanet" / "synthetic-tiny-seed0").symlink_to(tiny_dataset_dir, target_is_directory=True)
+    return root

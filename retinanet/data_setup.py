@@ -1,0 +1,131 @@
+"""From gin's `RetinaNetDataConfig` to the train and validation datasets of a run.
+
+`<data_root>/retinanet/<dataset>` is generated on first use when `dataset` names a synthetic
+one (`synthetic-<size>-seed<N>`); any other name must already hold the OpenImages-MLPerf
+layout, downloaded or generated, and is read by the very same loader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+
+from common.config import ConfigError
+from common.distributed import DistInfo
+from common.rank_agreement import barrier, strings_from_rank0
+from retinanet.data import layout
+from retinanet.data.coco_annotations import CategoryMap
+from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
+from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
+from retinanet.model.flavors import RetinaNetFlavor
+from retinanet.run_config import RetinaNetDataConfig
+
+BENCHMARK_DATA_DIRNAME = "retinanet"
+_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)$")
+
+
+def dataset_dir_for(config: RetinaNetDataConfig) -> Path:
+    return Path(config.data_root) / BENCHMARK_DATA_DIRNAME / config.dataset
+
+
+def synthetic_dataset_name(size: str, seed: int) -> str:
+    return f"synthetic-{size}-seed{seed}"
+
+
+def _materialise_on_rank0(config: RetinaNetDataConfig, dataset_dir: Path) -> None:
+    match = _SYNTHETIC_NAME.match(config.dataset)
+    if match and config.generate_if_missing:
+        size = match["size"]
+        if size not in SYNTHETIC_SIZES:
+            raise ConfigError(
+                f"RetinaNetDataConfig.dataset={config.dataset!r}: unknown synthetic size {size!r}; "
+                f"known: {sorted(SYNTHETIC_SIZES)}"
+            )
+        if not (dataset_dir / layout.GENERATOR_INFO_FILENAME).exists():
+            print(f"[data] generating {config.dataset} under {dataset_dir} (first use)", flush=True)
+        ensure_synthetic_dataset(
+            dataset_dir, size=SYNTHETIC_SIZES[size], seed=int(match["seed"]), workers=config.generator_workers
+        )
+    for split in layout.SPLITS:
+        annotations = layout.split_paths(dataset_dir, split).annotations_file
+        if not annotations.is_file():
+            hint = (
+                "generate it with RetinaNetDataConfig.generate_if_missing = True"
+                if match
+                else "download it with retinanet/download_dataset.sh"
+            )
+            raise ConfigError(
+                f"RetinaNetDataConfig.dataset={config.dataset!r}: {annotations} is missing ({hint}, or point "
+                f"RetinaNetDataConfig.data_root / $MLPERF_DATA_ROOT at the directory holding retinanet/{config.dataset})"
+            )
+
+
+def materialise(config: RetinaNetDataConfig, *, is_main: bool) -> Path:
+    """Generates a synthetic dataset on rank 0 if needed; every rank raises rank 0's error."""
+    dataset_dir = dataset_dir_for(config)
+    problem = ""
+    if is_main:
+        try:
+            _materialise_on_rank0(config, dataset_dir)
+        except (ConfigError, FileExistsError) as error:
+            problem = str(error)
+    problem = strings_from_rank0([problem])[0]
+    if problem:
+        raise ConfigError(problem)
+    barrier()
+    return dataset_dir
+
+
+@dataclasses.dataclass
+class DetectionData:
+    dataset_dir: Path
+    train: OpenImagesDetectionDataset  # augmented; index epoch * len + i is image i in that epoch
+    validation: OpenImagesDetectionDataset
+    eval_image_count: int  # the first this many validation images are evaluated
+
+    @property
+    def categories(self) -> CategoryMap:
+        return self.train.categories
+
+    def describe(self) -> str:
+        return (
+            f"{self.dataset_dir}: {len(self.train):,} train images, {self.eval_image_count:,} of "
+            f"{len(self.validation):,} validation images evaluated, {self.categories.num_classes} classes, "
+            f"{self.train.settings.image_size}px"
+        )
+
+    def eval_batches(self, *, rank: int, world_size: int, batch_size: int) -> list[np.ndarray]:
+        """Rank `rank`'s validation images (every world_size-th), in batches; ranks may differ by one image."""
+        mine = np.arange(rank, self.eval_image_count, world_size, dtype=np.int64)
+        return [mine[start : start + batch_size] for start in range(0, len(mine), batch_size)]
+
+
+def prepare_data(*, config: RetinaNetDataConfig, flavor: RetinaNetFlavor, info: DistInfo, seed: int) -> DetectionData:
+    dataset_dir = materialise(config, is_main=info.is_main)
+    train_settings = LoaderSettings(
+        image_size=flavor.image_size,
+        augment=True,
+        seed=seed,
+        skip_bad_files=config.skip_bad_files,
+        normalize=config.normalize_in_loader,
+    )
+    eval_settings = dataclasses.replace(train_settings, augment=False)
+    train = OpenImagesDetectionDataset.from_split(dataset_dir, layout.TRAIN_SPLIT, settings=train_settings)
+    validation = OpenImagesDetectionDataset.from_split(dataset_dir, layout.VALIDATION_SPLIT, settings=eval_settings)
+    train_file = layout.split_paths(dataset_dir, layout.TRAIN_SPLIT).annotations_file
+    val_file = layout.split_paths(dataset_dir, layout.VALIDATION_SPLIT).annotations_file
+    if train.categories != validation.categories:
+        raise ConfigError(f"{train_file} and {val_file} list different categories; both splits need the same classes")
+    if flavor.num_classes != train.categories.num_classes:
+        raise ConfigError(
+            f"the model has {flavor.num_classes} classes but {train_file} has {train.categories.num_classes}; "
+            f'set RetinaNetTrainConfig.model_overrides = {{"num_classes": {train.categories.num_classes}}} '
+            "or pick the matching flavor/dataset"
+        )
+    if len(validation) == 0:
+        raise ConfigError(f"{val_file} lists no images to evaluate on")
+    eval_count = min(config.eval_max_images or len(validation), len(validation))
+    return DetectionData(dataset_dir=dataset_dir, train=train, validation=validation, eval_image_count=eval_count)
