@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass, fields
 from typing import Optional
 
+import gin
+
 
 class CheckpointReason(str, enum.Enum):
     PREEMPTION = "preemption"
@@ -98,3 +100,8 @@ def checkpoint_reason(
     if policy.every_seconds and seconds_since_last_save >= policy.every_seconds:
         return CheckpointReason.EVERY_SECONDS
     return None
+
+
+# Gin's handle on the policy: `common.CheckpointPolicy.path = ...` in any trainer's config. gin
+# wraps the class, so trainers call this object (the original class ignores the bindings).
+ConfiguredCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")

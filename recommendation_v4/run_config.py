@@ -6,11 +6,8 @@ import dataclasses
 
 import gin
 
-from common.checkpoint import CheckpointPolicy
 from common.streaming import DAY_SECONDS
 
-# gin wraps the class: calling the returned object (not the original) applies the bindings
-ConfiguredCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")
 
 
 @gin.configurable

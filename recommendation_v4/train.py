@@ -10,18 +10,16 @@ optimizer -> resume from the latest checkpoint -> RUN_START -> the streaming loo
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import logging
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 from common.checkpoint import CheckpointManager, TrainingProgress
-from common.config import ConfigError, load_gin, write_config_snapshot
-from common.distributed import DistInfo, barrier, destroy, init_distributed
+from common.checkpoint_policy import ConfiguredCheckpointPolicy
+from common.config import ConfigError, write_config_snapshot
+from common.distributed import DistInfo
+from common.entrypoint import finish_run, trainer_main
 from common.loop import LoopConfig, LoopResult, SampleAuditLog, TrainLoop
 from common.metrics_log import MetricsLog
 from common.mllog import MLPerfTracker
@@ -35,13 +33,12 @@ from recommendation_v4.embedding_init import init_sharded_embeddings
 from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
-from recommendation_v4.run_config import ConfiguredCheckpointPolicy, MLPerfConfig, StreamingConfig, TrainConfig
+from recommendation_v4.run_config import MLPerfConfig, StreamingConfig, TrainConfig
 from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig, build_optimizer, describe_plan, shard_model
 from recommendation_v4.task import DlrmTask
 
 BENCHMARK = "recommendation_v4"
 MLPERF_BENCHMARK = "dlrmv4"
-logger = logging.getLogger("recommendation_v4.train")
 
 
 def model_config(cfg: TrainConfig) -> HSTUModelConfig:
@@ -257,47 +254,26 @@ def _finish(*, info: DistInfo, run_dir: Path, result: LoopResult, data: YambdaDa
         "window_first_batch_wait_s": {"max": waits[-1], "median": waits[len(waits) // 2]} if waits else None,
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    if info.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if result.preempted:
-            print(f"[done] preempted at step {result.progress.global_step}; resume by relaunching the same command", flush=True)
-        elif summary["final_auc"] is not None:
-            print(
-                f"[done] final eval AUC {summary['final_auc']:.4f} vs item-popularity baseline "
-                f"{summary['popularity_baseline_auc']:.4f} on the same eval set; {summary['steps']} steps, "
-                f"{summary['samples']:,} samples in {summary['wall_s']}s -> {run_dir}",
-                flush=True,
-            )
-    barrier()
-    return summary
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gin_config", action="append", required=True, help="gin file (repeatable)")
-    parser.add_argument("--gin_bindings", action="append", default=[], help="extra gin binding (repeatable)")
-    return parser.parse_args(argv)
+    done = None
+    if summary["final_auc"] is not None:
+        done = (
+            f"[done] final eval AUC {summary['final_auc']:.4f} vs item-popularity baseline "
+            f"{summary['popularity_baseline_auc']:.4f} on the same eval set; {summary['steps']} steps, "
+            f"{summary['samples']:,} samples in {summary['wall_s']}s -> {run_dir}"
+        )
+    return finish_run(info=info, run_dir=run_dir, summary=summary, preempted=result.preempted,
+                      step=result.progress.global_step, done_line=done)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        load_gin(args.gin_config, args.gin_bindings)
-        cfg, data_cfg = TrainConfig(), DataConfig()
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    info = init_distributed(device=cfg.device)
-    try:
-        run(cfg, data_cfg, info, config_file=Path(args.gin_config[-1]).name)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    finally:
-        destroy()
-    return 0
+    return trainer_main(
+        argv,
+        doc=__doc__,
+        read_configs=lambda: (TrainConfig(), DataConfig()),
+        device_of=lambda configs: configs[0].device,
+        run=lambda configs, info, config_file: run(*configs, info, config_file=config_file),
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,50 +1,7 @@
 #!/usr/bin/env bash
-# One timed RetinaNet training run, MLPerf style (prints the RESULT line of the reference).
+# One timed RetinaNet training run, MLPerf style (see scripts/run_and_time.sh).
 #
-#   retinanet/run_and_time.sh                      # reference recipe, all local GPUs
+#   retinanet/run_and_time.sh                              # the reference recipe, all local GPUs
 #   CONFIG=retinanet/configs/debug.gin NPROC_PER_NODE=1 retinanet/run_and_time.sh
-#
-# Environment: CONFIG (gin file), SEED, NPROC_PER_NODE (default: the visible GPUs, else 1),
-# GIN_BINDINGS (extra bindings, one per line), plus the per-launch macros of common/config.py
-# (MLPERF_DATA_ROOT, MLPERF_OUTPUT_ROOT, RUN_NAME, CKPT_PATH). Under srun (SLURM_PROCID set)
-# every task is one rank and runs the trainer directly; otherwise torchrun starts the ranks.
 set -euo pipefail
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-python="${PYTHON:-$repo/.venv/bin/python}"
-[[ -x "$python" ]] || python="$(command -v python3)"
-config="${CONFIG:-retinanet/configs/reference.gin}"
-export SEED="${SEED:-1}"
-
-bindings=()
-while IFS= read -r line; do
-  [[ -n "$line" ]] && bindings+=(--gin_bindings "$line")
-done <<< "${GIN_BINDINGS:-}"
-
-if [[ -n "${SLURM_PROCID:-}" ]]; then
-  launch=("$python" -m retinanet.train)
-else
-  gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
-  nproc="${NPROC_PER_NODE:-$(( gpus > 0 ? gpus : 1 ))}"
-  launch=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$nproc" -m retinanet.train)
-fi
-
-start=$(date +%s)
-start_fmt=$(date +%Y-%m-%d\ %r)
-echo "STARTING TIMING RUN AT $start_fmt"
-
-set +e
-"${launch[@]}" --gin_config "$config" "${bindings[@]}"
-ret_code=$?
-set -e
-
-end=$(date +%s)
-end_fmt=$(date +%Y-%m-%d\ %r)
-echo "ENDING TIMING RUN AT $end_fmt"
-if [[ $ret_code -ne 0 ]]; then
-  echo "training exited with status $ret_code" >&2
-  exit $ret_code
-fi
-result=$(( end - start ))
-echo "RESULT,retinanet,$SEED,$result,${USER:-$(id -un)},$start_fmt"
+exec "$(dirname "${BASH_SOURCE[0]}")/../scripts/run_and_time.sh" retinanet retinanet retinanet/configs/reference.gin

@@ -11,12 +11,8 @@ import dataclasses
 
 import gin
 
-from common.checkpoint import CheckpointPolicy
 from common.config import ConfigError
 
-# gin wraps the class: calling the returned object (not the original) applies the bindings.
-# Module "retinanet": recommendation_v4 registers the same class as common.CheckpointPolicy.
-ConfiguredCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="retinanet")
 
 AMP_DTYPES: tuple[str, ...] = ("", "bf16", "fp16")
 

@@ -11,11 +11,7 @@ mAP after every epoch's last window.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import logging
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -25,13 +21,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.checkpoint import CheckpointManager, TrainingProgress
-from common.config import ConfigError, load_gin, write_config_snapshot
-from common.distributed import DistInfo, destroy, init_distributed
+from common.checkpoint_policy import ConfiguredCheckpointPolicy
+from common.config import ConfigError, write_config_snapshot
+from common.distributed import DistInfo
+from common.entrypoint import finish_run, trainer_main
 from common.loop import LoopConfig, LoopResult, SampleAuditLog, TrainLoop
 from common.metrics_log import MetricsLog
 from common.mllog import MLPerfTracker
 from common.preemption import PreemptionHandler
-from common.rank_agreement import barrier, collective_device, is_distributed
+from common.rank_agreement import collective_device, is_distributed
 from common.rundir import make_run_dir
 from common.seeding import resolve_seed, seed_everything
 from common.streaming import StreamingLoader
@@ -42,7 +40,6 @@ from retinanet.model.backbone import count_parameters
 from retinanet.model.detector import build_retinanet
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.run_config import (
-    ConfiguredCheckpointPolicy,
     RetinaNetDataConfig,
     RetinaNetMLPerfConfig,
     RetinaNetTrainConfig,
@@ -106,7 +103,7 @@ def run(cfg: RetinaNetTrainConfig, data_cfg: RetinaNetDataConfig, info: DistInfo
     try:
         policy = ConfiguredCheckpointPolicy()
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"retinanet.CheckpointPolicy: {err}") from err
+        raise ConfigError(f"common.CheckpointPolicy: {err}") from err
     check_device_settings(cfg, info.device)
     if cfg.global_batch_size % info.world_size:
         raise ConfigError(
@@ -285,53 +282,28 @@ def _finish(*, info: DistInfo, run_dir: Path, result: LoopResult, task: RetinaNe
         "loop_s": round(loop_seconds, 1),
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    if info.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if result.preempted:
-            print(f"[done] preempted at step {result.progress.global_step}; resume by relaunching the same command", flush=True)
-        elif summary["final_map"] is not None:
-            untrained = f" (untrained model: {baseline:.4f})" if baseline is not None else ""
-            print(
-                f"[done] mAP {summary['final_map']:.4f}{untrained}, AP50 {summary['final_ap50']:.4f}; "
-                f"{summary['steps']} steps, {summary['images']:,} images in {summary['wall_s']}s; "
-                f"{skipped_total} file(s) skipped -> {run_dir}",
-                flush=True,
-            )
-    barrier()
-    return summary
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gin_config", action="append", required=True, help="gin file (repeatable)")
-    parser.add_argument("--gin_bindings", action="append", default=[], help="extra gin binding (repeatable)")
-    return parser.parse_args(argv)
+    done = None
+    if summary["final_map"] is not None:
+        untrained = f" (untrained model: {baseline:.4f})" if baseline is not None else ""
+        done = (
+            f"[done] mAP {summary['final_map']:.4f}{untrained}, AP50 {summary['final_ap50']:.4f}; "
+            f"{summary['steps']} steps, {summary['images']:,} images in {summary['wall_s']}s; "
+            f"{skipped_total} file(s) skipped -> {run_dir}"
+        )
+    return finish_run(info=info, run_dir=run_dir, summary=summary, preempted=result.preempted,
+                      step=result.progress.global_step, done_line=done)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        load_gin(args.gin_config, args.gin_bindings)
-        cfg, data_cfg = RetinaNetTrainConfig(), RetinaNetDataConfig()
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    info = init_distributed(device=cfg.device)
-    try:
-        run(cfg, data_cfg, info)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except (BadImageError, EmptyBatchError) as err:
-        # A loader worker's error arrives wrapped in its traceback text; its last line names the file.
-        lines = str(err).strip().splitlines()
-        print(f"data error: {lines[-1] if lines else type(err).__name__}", file=sys.stderr)
-        return 3
-    finally:
-        destroy()
-    return 0
+    return trainer_main(
+        argv,
+        doc=__doc__,
+        read_configs=lambda: (RetinaNetTrainConfig(), RetinaNetDataConfig()),
+        device_of=lambda configs: configs[0].device,
+        run=lambda configs, info, _config_file: run(*configs, info),
+        data_errors=(BadImageError, EmptyBatchError),
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -29,6 +29,9 @@ def tiny_bindings(*, data_root: pathlib.Path, output_root: pathlib.Path, run_nam
         "TrainConfig.log_every_steps = 1",
         "TrainConfig.warmup_steps = 2",
         'TrainConfig.model_overrides = {"num_layers": 1, "input_dropout": 0.0, "linear_dropout": 0.0}',
+        # daily windows: the tiny dataset has five train days
+        "StreamingConfig.window_seconds = 86400",
+        "StreamingConfig.start_window = 0",
     ]
 
 

@@ -39,9 +39,9 @@ def _bindings(data_root: pathlib.Path, out: pathlib.Path, name: str) -> list[str
         "RetinaNetDataConfig.num_workers = 1",
         "RetinaNetDataConfig.batches_per_window = 3",
         "RetinaNetTrainConfig.log_sample_ids = True",
-        f'retinanet.CheckpointPolicy.path = "{out / name / "ckpt"}"',
-        "retinanet.CheckpointPolicy.at_window_end = False",
-        f"retinanet.CheckpointPolicy.every_n_steps = {STEPS}",  # the final weights, to compare
+        f'common.CheckpointPolicy.path = "{out / name / "ckpt"}"',
+        "common.CheckpointPolicy.at_window_end = False",
+        f"common.CheckpointPolicy.every_n_steps = {STEPS}",  # the final weights, to compare
     ]
 
 
