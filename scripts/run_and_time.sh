@@ -7,7 +7,8 @@
 # (gin file), SEED, NPROC_PER_NODE (default: the visible GPUs, else 1), GIN_BINDINGS (extra
 # bindings, one per line), plus the per-launch macros of common/config.py (MLPERF_DATA_ROOT,
 # MLPERF_OUTPUT_ROOT, RUN_NAME, CKPT_PATH). Under srun (SLURM_PROCID set) every task is one
-# rank and runs the trainer directly; otherwise torchrun starts the ranks.
+# rank and runs the trainer directly; otherwise torchrun starts the ranks (one process: no
+# launcher, so the trainer's exit status, e.g. 2 for a config error, comes through).
 set -euo pipefail
 
 package="${1:?usage: run_and_time.sh <package> <mlperf name> <default gin file>}"
@@ -27,11 +28,15 @@ while IFS= read -r line; do
 done <<< "${GIN_BINDINGS:-}"
 
 if [[ -n "${SLURM_PROCID:-}" ]]; then
-  launch=("$python" -m "$package.train")
+  nproc=1  # srun started this task as one rank
 else
   gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
   nproc="${NPROC_PER_NODE:-$(( gpus > 0 ? gpus : 1 ))}"
+fi
+if [[ "$nproc" -gt 1 ]]; then
   launch=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$nproc" -m "$package.train")
+else
+  launch=("$python" -m "$package.train")
 fi
 
 start=$(date +%s)
