@@ -21,6 +21,7 @@ import math
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -118,6 +119,34 @@ def skewed_lengths(batch: int = 64, longest: int = 4095, seed: int = 0) -> list[
     return [longest] + short.tolist()
 
 
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+
+
+class _PeakResident:
+    """Samples this process's resident memory every millisecond on a thread; keeps the maximum.
+    (ru_maxrss is a lifetime high-water mark that imports may already have set higher.)"""
+
+    def __init__(self) -> None:
+        self.start = _resident_bytes()
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _resident_bytes())
+            time.sleep(0.001)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _resident_bytes())
+        return self.peak - self.start
+
+
 def _attention_child(spec: dict) -> dict:
     """Runs in a fresh process so its peak resident memory is the attention's own."""
     from recommendation_v4.ops import HammerKernel, hstu_mha
@@ -133,7 +162,7 @@ def _attention_child(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        sampler = _PeakResident()
     t0 = time.perf_counter()
     out = hstu_mha(max_seq_len=max(lengths), alpha=1 / math.sqrt(dim), q=q, k=k, v=v, seq_offsets=offsets,
                    num_targets=num_targets, kernel=HammerKernel.PYTORCH)
@@ -142,7 +171,7 @@ def _attention_child(spec: dict) -> dict:
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() - before
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+        peak = sampler.stop()
     return {"peak_bytes": int(peak), "seconds": round(seconds, 2), "device": device.type}
 
 
