@@ -23,7 +23,7 @@ test-fast: $(STAMP)
 	$(PYTHON) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
-	$(PYTHON) -m recommendation_v4.benchmark
+	bash scripts/benchmark.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -27,7 +27,7 @@ from common.preemption import PreemptionHandler
 from common.rundir import make_run_dir
 from common.seeding import resolve_seed, seed_everything
 from common.streaming import StreamingLoader, eval_step_interval
-from recommendation_v4.data import features as F
+from recommendation_v4.data.schema import DatasetError
 from recommendation_v4.data_setup import DataConfig, EvalPlan, YambdaData, prepare_data
 from recommendation_v4.embedding_init import init_sharded_embeddings
 from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
@@ -272,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         read_configs=lambda: (TrainConfig(), DataConfig()),
         device_of=lambda configs: configs[0].device,
         run=lambda configs, info, config_file: run(*configs, info, config_file=config_file),
+        data_errors=(DatasetError,),
     )
 
 

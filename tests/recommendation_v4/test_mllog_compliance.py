@@ -17,7 +17,6 @@ import pytest
 
 from common.config import load_gin
 from common.mllog import MLPerfTracker
-from recommendation_v4.data_setup import DataConfig
 from recommendation_v4.model.config import FLAVORS
 from recommendation_v4.run_config import MLPerfConfig, StreamingConfig, TrainConfig
 from recommendation_v4.sharding import SparseOptimizerConfig
