@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from common.metrics_log import read_metrics
 from tests.recommendation_v4.trainer_runs import run_trainer, start_trainer, tiny_bindings, train_losses, wait_for_step
+from tests.trainer_process import worker_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -78,7 +78,7 @@ def test_sigkill_mid_window_then_resume_is_bit_identical(uninterrupted, tiny_dat
     try:
         seen = wait_for_step(killed_dir, CKPT_EVERY * 2 + 1, proc)
     finally:
-        for pid in _worker_pids(proc.pid):  # torchrun's workers live in their own process groups
+        for pid in worker_pids(proc.pid):  # torchrun's workers live in their own process groups
             os.kill(pid, signal.SIGKILL)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -112,17 +112,12 @@ def test_sigkill_mid_window_then_resume_is_bit_identical(uninterrupted, tiny_dat
     assert keys.count("init_start") == 1 and keys.count("run_start") == 1 and keys.count("run_stop") == 1
 
 
-def _worker_pids(torchrun_pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(torchrun_pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 def test_sigterm_saves_and_exits_cleanly_and_corrupt_latest_falls_back(tiny_data_root, tmp_path):
     run_dir = tmp_path / "recommendation_v4" / "term"
     bindings = _bindings(tiny_data_root, tmp_path, "term")
     proc = start_trainer(nproc=2, bindings=bindings, log_path=tmp_path / "term.log")
     wait_for_step(run_dir, CKPT_EVERY + 2, proc)
-    workers = _worker_pids(proc.pid)
+    workers = worker_pids(proc.pid)
     assert len(workers) == 2
     os.kill(workers[1], signal.SIGTERM)  # as Slurm would before preempting; one rank is enough
     assert proc.wait(timeout=120) == 0

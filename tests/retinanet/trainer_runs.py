@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
-import sys
-import time
 
 from common.metrics_log import read_metrics
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests.trainer_process import REPO, run_command, start_command, trainer_command, wait_for_step  # noqa: F401
 DEBUG_GIN = REPO / "retinanet" / "configs" / "debug.gin"
 TINY_DATASET = "synthetic-tiny-seed0"
 
@@ -41,66 +37,17 @@ def tiny_bindings(
     ]
 
 
-def trainer_command(*, nproc: int, bindings: list[str], gin_file: pathlib.Path = DEBUG_GIN) -> list[str]:
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        if nproc > 1
-        else [sys.executable]
-    )
-    cmd = launcher + ["-m", "retinanet.train", "--gin_config", str(gin_file)]
-    for binding in bindings:
-        cmd += ["--gin_bindings", binding]
-    return cmd
-
-
-def _env(extra: dict | None) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", **(extra or {})}
-
-
 def run_trainer(
     *, nproc: int, bindings: list[str], timeout: int = 600, expect_returncode: int = 0, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        trainer_command(nproc=nproc, bindings=bindings),
-        cwd=REPO,
-        env=_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if proc.returncode != expect_returncode:
-        raise AssertionError(
-            f"trainer exited {proc.returncode}, expected {expect_returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
-    return proc
+    cmd = trainer_command(package="retinanet", gin_file=DEBUG_GIN, nproc=nproc, bindings=bindings)
+    return run_command(cmd, timeout=timeout, expect_returncode=expect_returncode, env=env)
 
 
 def start_trainer(*, nproc: int, bindings: list[str], log_path: pathlib.Path) -> subprocess.Popen:
     """Starts the trainer in its own session (so its whole process group can be signalled)."""
-    log = open(log_path, "w")
-    return subprocess.Popen(
-        trainer_command(nproc=nproc, bindings=bindings),
-        cwd=REPO,
-        env=_env(None),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def wait_for_step(run_dir: pathlib.Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> int:
-    """Blocks until metrics.jsonl shows a trained step >= `step`; returns the newest step seen."""
-    deadline = time.monotonic() + timeout
-    path = run_dir / "metrics.jsonl"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"trainer exited early with {proc.returncode}")
-        if path.exists():
-            steps = [r["step"] for r in read_metrics(path) if "loss" in r]
-            if steps and steps[-1] >= step:
-                return steps[-1]
-        time.sleep(0.02)
-    raise AssertionError(f"no step {step} within {timeout}s")
+    cmd = trainer_command(package="retinanet", gin_file=DEBUG_GIN, nproc=nproc, bindings=bindings)
+    return start_command(cmd, log_path=log_path)
 
 
 def train_records(run_dir: pathlib.Path) -> list[dict]:
