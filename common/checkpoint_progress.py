@@ -8,7 +8,9 @@
 ``train_ts`` names the data window being trained (the window's start timestamp for the
 streaming DLRM loader, the epoch number for epoch-based trainers) and
 ``batch_idx_in_window`` the number of its batches already trained, so a resumed loader
-skips exactly those. ``mlperf`` is ``MLPerfTracker.state_dict()``.
+skips exactly those. ``mlperf`` is ``MLPerfTracker.state_dict()``. ``metrics`` is the loop's
+metric state (the step and value of the last evaluation, the best value so far), so a resumed
+run knows where its quality stands without evaluating again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class TrainingProgress:
     train_ts: Optional[int] = None
     batch_idx_in_window: int = 0
     mlperf: dict[str, bool] = field(default_factory=lambda: {"run_started": False, "run_stopped": False})
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("global_step", "samples_seen", "batch_idx_in_window"):
@@ -36,6 +39,10 @@ class TrainingProgress:
             isinstance(k, str) and isinstance(v, bool) for k, v in self.mlperf.items()
         ):
             raise ValueError(f"TrainingProgress.mlperf must map str to bool, got {self.mlperf!r}")
+        if not isinstance(self.metrics, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in self.metrics.items()
+        ):
+            raise ValueError(f"TrainingProgress.metrics must map str to numbers, got {self.metrics!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,9 +51,9 @@ class TrainingProgress:
     def from_json(cls, payload: Mapping[str, Any], *, source: str = "checkpoint metadata") -> "TrainingProgress":
         if not isinstance(payload, Mapping):
             raise ValueError(f"{source}: training progress must be a JSON object, got {type(payload).__name__}")
-        known = {"global_step", "samples_seen", "train_ts", "batch_idx_in_window", "mlperf"}
+        known = {"global_step", "samples_seen", "train_ts", "batch_idx_in_window", "mlperf", "metrics"}
         unknown = sorted(set(payload) - known)
-        missing = sorted(known - set(payload))
+        missing = sorted(known - set(payload) - {"metrics"})  # checkpoints from before `metrics` existed
         if unknown or missing:
             raise ValueError(f"{source}: training progress has unknown fields {unknown}, missing {missing}")
         try:

@@ -134,7 +134,8 @@ class TrainLoop:
         self.sample_log = sample_log
         self.evals: list[tuple[int, EvalOutput]] = []
         self._last_save = time.monotonic()
-        self._last_eval_step = -1
+        # metric state restored from a checkpoint: an evaluation already done at this step is not repeated
+        self._last_eval_step = int(self.progress.metrics.get("last_eval_step", -1))
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> LoopResult:
@@ -275,6 +276,8 @@ class TrainLoop:
         seconds = time.perf_counter() - t0
         self.evals.append((self.progress.global_step, result))
         self._last_eval_step = self.progress.global_step
+        best = max(result.quality, self.progress.metrics.get("best_quality", float("-inf")))
+        self.progress.metrics = {"last_eval_step": self.progress.global_step, "last_quality": result.quality, "best_quality": best}
         if self.tracker is not None:
             self.tracker.eval_accuracy(result.quality, **position)
             self.tracker.eval_stop(**position)

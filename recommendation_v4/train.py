@@ -247,7 +247,7 @@ def _finish(*, info: DistInfo, run_dir: Path, result: LoopResult, data: YambdaDa
         "seed": seed,
         "steps": result.progress.global_step,
         "samples": result.progress.samples_seen,
-        "final_auc": result.last_eval.quality if result.last_eval else None,
+        "final_auc": result.last_eval.quality if result.last_eval else result.progress.metrics.get("last_quality"),
         "popularity_baseline_auc": data.popularity_baseline_auc(),
         "reached_target": result.reached_target,
         "preempted": result.preempted,

@@ -304,6 +304,15 @@ def test_training_progress_validates_fields():
         TrainingProgress.from_json({**progress.to_json(), "global_step": -1})
 
 
+def test_training_progress_carries_metric_state():
+    progress = TrainingProgress(global_step=7, metrics={"last_eval_step": 7, "last_quality": 0.71, "best_quality": 0.72})
+    assert TrainingProgress.from_json(progress.to_json()).metrics["best_quality"] == 0.72
+    older = {k: v for k, v in progress.to_json().items() if k != "metrics"}  # saved before the field existed
+    assert TrainingProgress.from_json(older).metrics == {}
+    with pytest.raises(ValueError, match="TrainingProgress.metrics must map str to numbers"):
+        TrainingProgress.from_json({**progress.to_json(), "metrics": {"auc": "high"}})
+
+
 @pytest.fixture
 def single_member_process_group():
     # The project's launcher gives even a world-size-1 run a gloo process group.
