@@ -19,8 +19,10 @@ per epoch and `eval_after_window` true at an epoch's last window, blocks line up
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
@@ -81,10 +83,7 @@ class SampleAuditLog:
     On resume the lines past the checkpoint are dropped, since those steps are trained again.
     """
 
-    def __init__(self, path, *, resume_step: int | None) -> None:
-        import json
-
-        self._json = json
+    def __init__(self, path: Path, *, resume_step: int | None) -> None:
         self.path = path
         kept = []
         if resume_step is not None and path.exists():
@@ -93,7 +92,7 @@ class SampleAuditLog:
         self._fh = open(path, "a", buffering=1)
 
     def write(self, step: int, ids: torch.Tensor) -> None:
-        self._fh.write(self._json.dumps({"step": step, "ids": [int(i) for i in ids.tolist()]}) + "\n")
+        self._fh.write(json.dumps({"step": step, "ids": [int(i) for i in ids.tolist()]}) + "\n")
 
     def close(self) -> None:
         self._fh.close()
@@ -220,7 +219,7 @@ class TrainLoop:
             if self._on_eval_grid() and self._evaluate(
                 continues_at=self._continuation(window_ended=window_ended, next_key=next_key)
             ):
-                self._maybe_save(window_ended=window_ended, next_key=next_key, stopping=True)
+                self._save("target_reached", window_ended=window_ended, next_key=next_key)
                 return "target"
             agreed = agree_at_step_boundary(
                 stop_requested_locally=self.preemption is not None and self.preemption.stop_requested(distributed=False),
@@ -304,10 +303,6 @@ class TrainLoop:
             self.tracker.block_start(**self.mllog_position(at))
 
     # -------------------------------------------------------------- checkpoints
-    def _maybe_save(self, *, window_ended: bool, next_key: int | None, stopping: bool) -> None:
-        if self.checkpoints is not None and stopping:
-            self._save("final", window_ended=window_ended, next_key=next_key)
-
     def _save(self, why: str, *, window_ended: bool, next_key: int | None) -> None:
         if self.checkpoints is None:
             return
