@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from common.distributed import all_gather_tensor
+from common.collectives import all_gather_tensor
 
 
 def binary_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

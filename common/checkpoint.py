@@ -14,7 +14,8 @@ Every rank calls ``save`` and ``load_latest`` together (world size 1 needs no pr
 group). On disk, ``<root>/<name>/`` holds:
 
     .metadata, __<rank>_<n>.distcp   torch.distributed.checkpoint, tensors only
-    rank<NNNNN>.json                 that rank's RNG states and app_state layout
+    rank<NNNNN>.json                 that rank's RNG states (global generators and named
+                                     streams) and app_state layout
     metadata.json                    the caller's metadata (JSON)
     COMPLETE.json                    written last: sequence number, world size, file
                                      sizes (and CRC32s with verify_checksums)
@@ -64,8 +65,8 @@ from common.checkpoint_io import (
 from common.checkpoint_policy import CheckpointPolicy, CheckpointReason, checkpoint_reason
 from common.checkpoint_progress import TrainingProgress
 from common.checkpoint_state import LoadPlan, RankLocal, encode_app_state, plan_load
-from common.rank_agreement import all_ranks_true, strings_from_rank0, value_from_rank0, world_rank, world_size
-from common.rng import capture_rng_state, restore_rng_state
+from common.collectives import all_ranks_true, strings_from_rank0, value_from_rank0, world_rank, world_size
+from common.rng import capture_generator, capture_rng_state, restore_generator, restore_rng_state
 
 __all__ = [
     "CheckpointFallbackWarning",
@@ -92,6 +93,16 @@ def rank_file_name(rank: int) -> str:
 
 def _checksum_file_name(rank: int) -> str:
     return f"crc_rank{rank:05d}.json"
+
+
+def _restore_generators(live: Mapping[str, torch.Generator], saved: Mapping[str, str], *, where: Path) -> None:
+    missing = sorted(set(live) - set(saved))
+    if missing:
+        # a checkpoint from before these streams existed: they keep their fresh seeds
+        warnings.warn(f"{where} holds no state for the random streams {missing}: they start from their seeds")
+    for key, generator in live.items():
+        if key in saved:
+            restore_generator(generator, saved[key])
 
 
 class CheckpointLoadError(RuntimeError):
@@ -196,8 +207,19 @@ class CheckpointManager:
         return value_from_rank0(float(count)) > 0
 
     # ---------------------------------------------------------------------- save
-    def save(self, name: str, *, app_state: Mapping[str, Any], metadata: Mapping[str, Any]) -> Path:
-        """Write ``app_state`` and JSON ``metadata`` as checkpoint ``name``; all ranks call."""
+    def save(
+        self,
+        name: str,
+        *,
+        app_state: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        generators: Mapping[str, torch.Generator] | None = None,
+    ) -> Path:
+        """Write ``app_state`` and JSON ``metadata`` as checkpoint ``name``; all ranks call.
+
+        ``generators`` are this rank's private streams (``RandomStreams.generators()``),
+        captured beside the global generators.
+        """
         _validate_name(name)
         rank = world_rank()
         tmp_dir = self.root / f"{name}{TMP_SUFFIX}"
@@ -225,7 +247,10 @@ class CheckpointManager:
                 dcp.save(tensors, storage_writer=FileSystemWriter(tmp_dir))  # raises on every rank
 
             try:
-                write_json(tmp_dir / rank_file_name(rank), {"rng": capture_rng_state(), "layout": layout})
+                streams = {key: capture_generator(g) for key, g in (generators or {}).items()}
+                write_json(
+                    tmp_dir / rank_file_name(rank), {"rng": capture_rng_state(), "generators": streams, "layout": layout}
+                )
                 if self.verify_checksums:
                     self._write_own_checksums(tmp_dir, rank)
             except Exception as caught:  # noqa: BLE001 - reported on every rank below
@@ -289,8 +314,14 @@ class CheckpointManager:
             shutil.rmtree(stale)
 
     # ---------------------------------------------------------------------- load
-    def load_latest(self, app_state: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-        """Load the newest loadable checkpoint into ``app_state``; its metadata, or None."""
+    def load_latest(
+        self, app_state: Mapping[str, Any], *, generators: Mapping[str, torch.Generator] | None = None
+    ) -> Optional[dict[str, Any]]:
+        """Load the newest loadable checkpoint into ``app_state``; its metadata, or None.
+
+        The global generators and the named ``generators`` get back the states they had on
+        this rank when the checkpoint was saved.
+        """
         self.loaded_path = None
         with torch.profiler.record_function("## checkpoint_load ##"):
             if world_rank() == 0:
@@ -299,7 +330,7 @@ class CheckpointManager:
             failures: list[str] = []
             for checkpoint_name in names:
                 path = self.root / checkpoint_name
-                metadata, reason = self._try_load(path, app_state)
+                metadata, reason = self._try_load(path, app_state, generators or {})
                 if metadata is not None:
                     self.loaded_path = path
                     if world_rank() == 0:
@@ -319,7 +350,9 @@ class CheckpointManager:
                 )
             return None
 
-    def _try_load(self, path: Path, app_state: Mapping[str, Any]) -> tuple[Optional[dict], str]:
+    def _try_load(
+        self, path: Path, app_state: Mapping[str, Any], generators: Mapping[str, torch.Generator]
+    ) -> tuple[Optional[dict], str]:
         reason = "failed on another rank"
         prepared = None
         try:
@@ -329,7 +362,7 @@ class CheckpointManager:
         if not all_ranks_true(prepared is not None):
             return None, reason
 
-        plan, rng_state, user_metadata = prepared
+        plan, rank_payload, user_metadata = prepared
         loaded = False
         try:
             with warnings.catch_warnings():
@@ -341,11 +374,13 @@ class CheckpointManager:
             reason = _describe(error)
         if not all_ranks_true(loaded):
             return None, reason
-        if rng_state is not None:
-            restore_rng_state(rng_state)
+        if rank_payload is not None:
+            restore_rng_state(rank_payload["rng"])
+            _restore_generators(generators, rank_payload.get("generators", {}), where=path)
         return user_metadata, ""
 
     def _prepare_load(self, path: Path, app_state: Mapping[str, Any]) -> tuple[LoadPlan, Optional[dict], Any]:
+        """(the DCP load plan, this rank's saved RNG payload or None, the caller's metadata)."""
         """This rank's checks of ``path`` and its DCP load plan; raises on any problem."""
         marker = read_json(path / MARKER_FILE)
         if marker.get("format_version") != FORMAT_VERSION:
@@ -378,7 +413,7 @@ class CheckpointManager:
             same_world_size=same_world_size,
             where=path,
         )
-        return plan, rank_payload["rng"] if same_world_size else None, user_metadata
+        return plan, rank_payload if same_world_size else None, user_metadata
 
     @staticmethod
     def _verify_share_of_checksums(path: Path, marker: Mapping[str, Any]) -> None:

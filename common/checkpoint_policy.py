@@ -14,10 +14,12 @@ checkpointing is off unless a path is configured.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import gin
+
+from common.config import ConfigError
 
 
 class CheckpointReason(str, enum.Enum):
@@ -102,6 +104,35 @@ def checkpoint_reason(
     return None
 
 
-# Gin's handle on the policy: `common.CheckpointPolicy.path = ...` in any trainer's config. gin
-# wraps the class, so trainers call this object (the original class ignores the bindings).
-ConfiguredCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")
+# Gin's handle on the policy (`common.CheckpointPolicy.every_n_steps = ...`). The plain class
+# stays free of gin so tests and tools can build policies without a config in scope; trainers
+# read the configured one through `configured_checkpoint_policy` only.
+_GinCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")
+
+
+def _path_is_bound() -> bool:
+    try:
+        gin.query_parameter("common.CheckpointPolicy.path")
+    except ValueError:
+        return False
+    return True
+
+
+def configured_checkpoint_policy(*, env_ckpt_path: str) -> CheckpointPolicy:
+    """The gin-configured policy; its path is $CKPT_PATH unless a binding names one.
+
+    A binding that names a different path than a set $CKPT_PATH is an error, not a silent
+    choice: a user who exports CKPT_PATH expects the run to checkpoint there.
+    """
+    try:
+        policy = _GinCheckpointPolicy()
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"common.{error}" if str(error).startswith("CheckpointPolicy") else f"common.CheckpointPolicy: {error}") from error
+    if not _path_is_bound():
+        return replace(policy, path=env_ckpt_path)
+    if env_ckpt_path and policy.path != env_ckpt_path:
+        raise ConfigError(
+            f"common.CheckpointPolicy.path = {policy.path!r} but $CKPT_PATH={env_ckpt_path!r}: bind the path to "
+            "%CKPT_PATH (or leave it unbound) to use the environment's, or unset CKPT_PATH"
+        )
+    return policy

@@ -1,5 +1,11 @@
 """Gin configuration: files + command-line bindings + a few per-launch environment macros.
 
+The naming convention: every configurable is a frozen dataclass registered under its package,
+`<package>.<Name>` (`common.RunConfig`, `common.CheckpointPolicy`, `recommendation_v4.TrainConfig`,
+`retinanet.DataConfig`, ...), and gin files spell bindings that way. Each config checks its own
+fields when it is built and raises `ConfigError` with one line that names the binding
+(`config_checks` below), which the trainer reports with exit status 2.
+
 Per-launch facts (where data lives, where runs go, the run name, the seed, a checkpoint path)
 come from the environment through gin macros that every config can reference as `%NAME`:
 
@@ -39,6 +45,40 @@ class ConfigError(ValueError):
     """A gin file or binding could not be used; the message names which one and why."""
 
 
+def binding_name(config: object, field: str) -> str:
+    """`<package>.<Class>.<field>`, the way a gin file binds this field."""
+    cls = type(config)
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}.{field}"
+
+
+def require(config: object, field: str, ok: bool, must: str) -> None:
+    """Raises ConfigError `<binding> must be <must>, got <value>` unless `ok`."""
+    if not ok:
+        raise ConfigError(f"{binding_name(config, field)} must be {must}, got {getattr(config, field)!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def require_int(config: object, *fields: str, minimum: int) -> None:
+    for field in fields:
+        value = getattr(config, field)
+        require(config, field, _is_int(value) and value >= minimum, f"an int >= {minimum}")
+
+
+def require_number(config: object, *fields: str, minimum: float, strictly: bool = False) -> None:
+    for field in fields:
+        value = getattr(config, field)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = number and (value > minimum if strictly else value >= minimum)
+        require(config, field, ok, f"a number {'>' if strictly else '>='} {minimum}")
+
+
+def require_choice(config: object, field: str, choices: Sequence[object]) -> None:
+    require(config, field, getattr(config, field) in choices, f"one of {list(choices)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadedConfig:
     files: tuple[Path, ...]
@@ -48,6 +88,11 @@ class LoadedConfig:
     @property
     def primary_name(self) -> str:
         return self.files[0].stem if self.files else "default"
+
+
+def env_macro_values(default_run_name: str) -> dict[str, object]:
+    """The per-launch macro values from the environment (defaults where a variable is unset)."""
+    return _env_macro_values(default_run_name)
 
 
 def _env_macro_values(default_run_name: str) -> dict[str, object]:
@@ -70,6 +115,10 @@ def load_gin(gin_files: Sequence[str | Path], bindings: Sequence[str] = ()) -> L
     Fails with a ConfigError naming the file or binding when a file is missing, a binding
     refers to an unknown configurable or parameter, or the syntax is wrong.
     """
+    # every trainer's files bind the common configurables: register them before parsing
+    import common.checkpoint_policy  # noqa: F401
+    import common.run_config  # noqa: F401
+
     files = tuple(Path(f) for f in gin_files)
     for path in files:
         if not path.is_file():

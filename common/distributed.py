@@ -94,45 +94,6 @@ def init_distributed(*, device: str = "auto", timeout_s: float = 1800.0) -> Dist
     return info
 
 
-def barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
 def destroy() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def all_gather_tensor(local: torch.Tensor) -> torch.Tensor:
-    """Concatenates a 1-D tensor of possibly different length from every rank (rank order)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return local
-    world = dist.get_world_size()
-    size = torch.tensor([local.numel()], dtype=torch.int64, device=local.device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    longest = int(max(s.item() for s in sizes))
-    padded = torch.zeros(longest, dtype=local.dtype, device=local.device)
-    padded[: local.numel()] = local
-    gathered = [torch.zeros_like(padded) for _ in range(world)]
-    dist.all_gather(gathered, padded)
-    return torch.cat([g[: int(s.item())] for g, s in zip(gathered, sizes)])
-
-
-def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return value
-    out = value.clone()
-    dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out / dist.get_world_size()
-
-
-def broadcast_int(value: int, src: int = 0) -> int:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
-        t = t.cuda()
-    dist.broadcast(t, src=src)
-    return int(t.item())

@@ -1,14 +1,21 @@
 """The one training-loop skeleton every benchmark uses.
 
-A benchmark supplies a `BenchmarkTask` (its train step, its evaluation and what a checkpoint
-holds) and a `StreamingLoader` over its windows; the loop owns the order of things:
+A benchmark supplies a `BenchmarkTask` (its train step, its evaluation, what a checkpoint
+holds and which optimizers follow the learning-rate schedule) and a `StreamingLoader` over its
+windows; the loop owns the order of things, the step count and the learning rate:
 
     for each window (resuming at the saved window and batch):
-        for each batch:  wait for data (timed) -> step (timed) -> metrics line
-                         -> evaluate on the step grid -> agree on preemption and the clock
-                         -> checkpoint when the policy says so -> stop on preemption/budget
+        for each batch:  wait for data (timed) -> set the step's learning rate -> step (timed)
+                         -> metrics line -> evaluate on the step grid -> agree on preemption
+                         and the clock -> checkpoint when the policy says so -> stop on
+                         preemption/budget
         evaluate after the window if the schedule says so; checkpoint at the window's end
     final evaluation; MLPerf run_stop (success when the quality target was reached)
+
+The quality target has a direction (`LoopConfig.higher_is_better`): AUC and mAP must reach it
+from below, a validation loss from above; the value goes to the mllog as measured either way.
+Evaluation runs inside `RandomStreams.evaluating()` when streams are given, so it never shifts
+what training draws next.
 
 mllog blocks run from one evaluation to the next; `mllog_position(progress)` names a position
 (samples_count for DLRM, epoch_num for epoch-based benchmarks). A block that starts after an
@@ -18,6 +25,7 @@ per epoch and `eval_after_window` true at an epoch's last window, blocks line up
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -31,6 +39,8 @@ from common.checkpoint import CheckpointManager, CheckpointPolicy, TrainingProgr
 from common.metrics_log import MetricsLog
 from common.mllog import MLPerfTracker
 from common.preemption import PreemptionHandler, agree_at_step_boundary
+from common.random_streams import RandomStreams
+from common.schedules import LearningRateSchedule, apply_learning_rate
 from common.streaming import StreamingLoader
 
 logger = logging.getLogger(__name__)
@@ -50,12 +60,34 @@ class EvalOutput:
     samples: int
 
 
-class BenchmarkTask(Protocol):
-    def train_step(self, batch: Any) -> StepOutput: ...
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What the loop tells a train step: which step it is and the learning rate it trains at."""
 
-    def evaluate(self) -> EvalOutput: ...
+    step: int  # 0-based: optimizer steps taken before this one
+    lr: float | None  # None when the loop has no learning-rate schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalPoint:
+    """Where the run stands when it evaluates."""
+
+    step: int  # optimizer steps taken
+    samples_seen: int
+    window_key: int | None  # the window trained last (None before any training)
+    next_window_key: int | None  # the window after it in this run's order (None: the last one)
+
+
+class BenchmarkTask(Protocol):
+    def train_step(self, batch: Any, step: StepContext) -> StepOutput: ...
+
+    def evaluate(self, at: EvalPoint) -> EvalOutput: ...
 
     def app_state(self) -> dict[str, Any]: ...
+
+    def scheduled_optimizers(self) -> Sequence[torch.optim.Optimizer]:
+        """The optimizers whose learning rate follows the loop's schedule (looked up every step)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +98,15 @@ class LoopConfig:
     eval_at_end: bool = True
     log_every_steps: int = 50
     target_quality: float | None = None  # stop once an evaluation reaches it
+    higher_is_better: bool = True  # False: the quality is a loss, reached when <= target
+
+    def reached(self, quality: float) -> bool:
+        if self.target_quality is None:
+            return False
+        return quality >= self.target_quality if self.higher_is_better else quality <= self.target_quality
+
+    def best(self, a: float, b: float) -> float:
+        return max(a, b) if self.higher_is_better else min(a, b)
 
 
 @dataclasses.dataclass
@@ -109,6 +150,8 @@ class TrainLoop:
         metrics: MetricsLog,
         is_main: bool,
         progress: TrainingProgress | None = None,
+        lr_schedule: LearningRateSchedule | None = None,
+        streams: RandomStreams | None = None,
         eval_after_window: Callable[[int], bool] = lambda key: False,
         checkpoints: CheckpointManager | None = None,
         policy: CheckpointPolicy = CheckpointPolicy(),
@@ -124,11 +167,15 @@ class TrainLoop:
         self.metrics = metrics
         self.is_main = is_main
         self.progress = progress or TrainingProgress()
+        self.lr_schedule = lr_schedule
+        self.streams = streams
         self.eval_after_window = eval_after_window
         self.checkpoints = checkpoints
         self.policy = policy
         self.tracker = tracker
         self.mllog_position = mllog_position or (lambda p: {"samples_count": p.samples_seen})
+        if self.progress.window_key is not None and self.progress.window_key not in self.windows:
+            raise ValueError(f"the checkpoint stands in window {self.progress.window_key}, which is not in this run's windows")
         self.preemption = preemption
         self.sample_log = sample_log
         self.evals: list[tuple[int, EvalOutput]] = []
@@ -163,17 +210,14 @@ class TrainLoop:
             reached = self._evaluate(continues_at=None)
         if not preempted and self.tracker is not None:
             self.tracker.run_stop(success=reached, **self.mllog_position(self.progress))
-        self.loader.close()
         last = self.evals[-1][1] if self.evals else None
         return LoopResult(progress=self.progress, last_eval=last, reached_target=reached, preempted=preempted, evals=self.evals)
 
     def _resume_point(self) -> tuple[int, int]:
         p = self.progress
-        if p.train_ts is None:
+        if p.window_key is None:
             return 0, 0
-        if p.train_ts not in self.windows:
-            raise ValueError(f"the checkpoint stands in window {p.train_ts}, which is not in this run's windows")
-        return self.windows.index(p.train_ts), p.batch_idx_in_window
+        return self.windows.index(p.window_key), p.batch_idx_in_window
 
     def _train_window(self, key: int, next_key: int | None, skip: int) -> str | None:
         """Trains one window; returns why it stopped early ("preempted", "target", "budget") or None."""
@@ -189,26 +233,28 @@ class TrainLoop:
             except StopIteration:
                 return None
             t1 = time.perf_counter()
-            out = self.task.train_step(batch)
+            p = self.progress
+            lr = self._set_learning_rate(p.global_step)
+            out = self.task.train_step(batch, StepContext(step=p.global_step, lr=lr))
             loss = float(out.loss)
             t2 = time.perf_counter()
-            p = self.progress
             p.global_step += 1
             p.samples_seen += out.samples
-            p.train_ts, p.batch_idx_in_window = key, batch_idx + 1
+            p.window_key, p.batch_idx_in_window = key, batch_idx + 1
             window_samples += out.samples
             window_wait += t1 - t0
-            self.metrics.write(
-                {
-                    "step": p.global_step,
-                    "samples": p.samples_seen,
-                    "window": key,
-                    "batch_in_window": batch_idx,
-                    "loss": loss,
-                    "data_wait_s": round(t1 - t0, 6),
-                    "compute_s": round(t2 - t1, 6),
-                }
-            )
+            record = {
+                "step": p.global_step,
+                "samples": p.samples_seen,
+                "window": key,
+                "batch_in_window": batch_idx,
+                "loss": loss,
+                "data_wait_s": round(t1 - t0, 6),
+                "compute_s": round(t2 - t1, 6),
+            }
+            if lr is not None:
+                record["lr"] = lr
+            self.metrics.write(record)
             if self.sample_log is not None and out.sample_ids is not None:
                 self.sample_log.write(p.global_step, out.sample_ids)
             if p.global_step % self.config.log_every_steps == 0:
@@ -241,6 +287,13 @@ class TrainLoop:
                     print(f"[preempt] stop requested: leaving at step {p.global_step} ({saved})", flush=True)
                 return "preempted"
 
+    def _set_learning_rate(self, step: int) -> float | None:
+        if self.lr_schedule is None:
+            return None
+        lr = self.lr_schedule.lr_at(step)
+        apply_learning_rate(self.task.scheduled_optimizers(), lr)
+        return lr
+
     # --------------------------------------------------------------- evaluation
     def _on_eval_grid(self) -> bool:
         step, every = self.progress.global_step, self.config.eval_every_steps
@@ -259,7 +312,7 @@ class TrainLoop:
             return p
         if next_key is None:
             return None
-        return dataclasses.replace(p, train_ts=next_key, batch_idx_in_window=0)
+        return dataclasses.replace(p, window_key=next_key, batch_idx_in_window=0)
 
     def _evaluate(self, *, continues_at: TrainingProgress | None) -> bool:
         """Runs the evaluation; True when it reached the quality target.
@@ -271,12 +324,15 @@ class TrainLoop:
             self.tracker.block_stop(**position)
             self.tracker.eval_start(**position)
         t0 = time.perf_counter()
-        result = self.task.evaluate()
+        with self.streams.evaluating() if self.streams is not None else contextlib.nullcontext():
+            result = self.task.evaluate(self._eval_point())
         seconds = time.perf_counter() - t0
         self.evals.append((self.progress.global_step, result))
         self._last_eval_step = self.progress.global_step
-        best = max(result.quality, self.progress.metrics.get("best_quality", float("-inf")))
-        self.progress.metrics = {"last_eval_step": self.progress.global_step, "last_quality": result.quality, "best_quality": best}
+        previous_best = self.progress.metrics.get("best_quality")
+        best = result.quality if previous_best is None else self.config.best(result.quality, previous_best)
+        self.progress.metrics = {**self.progress.metrics, "last_eval_step": self.progress.global_step,
+                                 "last_quality": result.quality, "best_quality": best}
         if self.tracker is not None:
             self.tracker.eval_accuracy(result.quality, **position)
             self.tracker.eval_stop(**position)
@@ -292,11 +348,18 @@ class TrainLoop:
         if self.is_main:
             shown = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
             print(f"[eval] step {self.progress.global_step}: {shown} ({result.samples} samples, {seconds:.1f}s)", flush=True)
-        target = self.config.target_quality
-        reached = target is not None and result.quality >= target
+        reached = self.config.reached(result.quality)
         if not reached and continues_at is not None:
             self._block_start(continues_at)
         return reached
+
+    def _eval_point(self) -> EvalPoint:
+        p = self.progress
+        following = None
+        if p.window_key is not None:
+            position = self.windows.index(p.window_key) + 1
+            following = self.windows[position] if position < len(self.windows) else None
+        return EvalPoint(step=p.global_step, samples_seen=p.samples_seen, window_key=p.window_key, next_window_key=following)
 
     def _block_start(self, at: TrainingProgress) -> None:
         if self.tracker is not None:
@@ -309,11 +372,16 @@ class TrainLoop:
         p = self.progress
         saved = dataclasses.replace(p)
         if window_ended and next_key is not None:
-            saved.train_ts, saved.batch_idx_in_window = next_key, 0  # resume at the next window
+            saved.window_key, saved.batch_idx_in_window = next_key, 0  # resume at the next window
         if self.tracker is not None:
             saved.mlperf = self.tracker.state_dict()
         t0 = time.perf_counter()
-        path = self.checkpoints.save(f"step_{p.global_step:09d}", app_state=self.task.app_state(), metadata=saved.to_json())
+        path = self.checkpoints.save(
+            f"step_{p.global_step:09d}",
+            app_state=self.task.app_state(),
+            metadata=saved.to_json(),
+            generators=self.streams.generators() if self.streams is not None else None,
+        )
         self._last_save = time.monotonic()
         self.metrics.write({"step": p.global_step, "checkpoint": str(path), "reason": why, "save_s": round(time.perf_counter() - t0, 3)})
         if self.is_main:

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Optional
 from mlperf_logging.mllog import constants as mllog_constants
 from mlperf_logging.mllog.mllog import MLLogger
 
-from common.rank_agreement import barrier, world_rank
+from common.collectives import barrier, world_rank
 
 # Friendly name -> official key. Names follow the project's config vocabulary; the
 # official key is what the compliance checker reads.

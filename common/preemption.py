@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Optional, Sequence
 
-from common.rank_agreement import any_rank_true, max_over_ranks, world_rank
+from common.collectives import any_rank_true, max_over_ranks, world_rank
 
 DEFAULT_PREEMPTION_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)
 

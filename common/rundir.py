@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from common.distributed import barrier
+from common.collectives import barrier
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 

@@ -17,8 +17,10 @@ Three pieces, each usable alone:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
+import signal
 import threading
 import time
 from typing import Any, Callable, Iterator, Protocol, Sequence
@@ -72,6 +74,21 @@ class TimeWindows:
         return chosen[np.argsort(self.timestamps[chosen], kind="stable")]
 
 
+def rank_share(global_batch: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:
+    """Rank `rank`'s contiguous share of a global batch; every rank gets the same number of samples.
+
+    Contiguous shares keep a 1-rank run and an N-rank run on the same samples per step (the
+    union of the shares is the global batch, in order), which the equivalence tests rely on.
+    """
+    n = len(global_batch)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world size {world_size}")
+    if n % world_size:
+        raise ValueError(f"a global batch of {n} samples does not split evenly over {world_size} ranks")
+    share = n // world_size
+    return np.asarray(global_batch[rank * share : (rank + 1) * share])
+
+
 def window_batches(
     indices: np.ndarray, *, global_batch_size: int, rank: int, world_size: int, seed: int, key: int, shuffle: bool = True
 ) -> list[np.ndarray]:
@@ -81,9 +98,11 @@ def window_batches(
     order = np.asarray(indices, dtype=np.int64)
     if shuffle:
         order = order[np.random.default_rng([seed, key]).permutation(order.size)]
-    share = global_batch_size // world_size
     num = order.size // global_batch_size
-    return [order[b * global_batch_size + rank * share : b * global_batch_size + (rank + 1) * share] for b in range(num)]
+    return [
+        rank_share(order[b * global_batch_size : (b + 1) * global_batch_size], rank=rank, world_size=world_size)
+        for b in range(num)
+    ]
 
 
 def eval_step_interval(*, eval_every_data_pct: float, train_samples: int, global_batch_size: int) -> int:
@@ -119,6 +138,36 @@ class _ByIndexArray(torch.utils.data.Dataset):
 
 def _identity(batch: Any) -> Any:
     return batch
+
+
+# What `timeout`, `scancel` and Slurm's time limit send to every process of the job.
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def _ignore_preemption_signals(worker_id: int) -> None:
+    """Loader workers leave a preemption notice to the trainer, which saves and stops them.
+
+    Left to torch's own handler, a worker dies of a SIGTERM sent to the whole process group and
+    the trainer's next batch raises "DataLoader worker is killed by signal" before it can save.
+    The signals are blocked while workers start (see `_preemption_signals_blocked`), so one that
+    arrives before this runs stays pending and is dropped here.
+    """
+    for signum in PREEMPTION_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
+
+
+@contextlib.contextmanager
+def _preemption_signals_blocked() -> Iterator[None]:
+    """Forked workers inherit the blocked mask; the trainer gets a pending notice on unblocking."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPTION_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @dataclasses.dataclass
@@ -164,6 +213,7 @@ class StreamingLoader:
             persistent_workers=num_workers > 0,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
             generator=torch.Generator().manual_seed(seed),
+            worker_init_fn=_ignore_preemption_signals if num_workers > 0 else None,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-prefetch")
         self._pending: dict[tuple[int, int], concurrent.futures.Future] = {}
@@ -202,7 +252,8 @@ class StreamingLoader:
             return
         rest = prepared.batches[skip + 1 :]
         self._sampler.batches = rest
-        workers = iter(self._loader) if rest else iter(())
+        with _preemption_signals_blocked():  # the first pass starts the persistent workers
+            workers = iter(self._loader) if rest else iter(())
         self.boundary_waits[key] = time.perf_counter() - t0
         if next_key is not None:
             self.prefetch(next_key)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.loop import StepContext
 from common.paths import DEFAULT_DATA_ROOT
 
 HISTORY_4096 = 4096
@@ -63,10 +64,11 @@ def bench_loader(data_root: Path, *, num_batches: int) -> dict:
 def _debug_task(data_root: Path, *, global_batch_size: int):
     """The debug flavor, sharded by TorchRec in this one process, and its data."""
     from common.distributed import init_distributed
-    from recommendation_v4.data_setup import DataConfig, prepare_data
+    from recommendation_v4.data_setup import prepare_data
     from recommendation_v4.embedding_init import init_sharded_embeddings
     from recommendation_v4.model.config import FLAVORS
     from recommendation_v4.model.dlrm_hstu import DlrmHSTU
+    from recommendation_v4.run_config import DataConfig
     from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig, build_optimizer, shard_model
     from recommendation_v4.task import DlrmTask
 
@@ -74,7 +76,8 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
     _dataset(data_root, "small")
     mcfg = FLAVORS["debug"]
     data = prepare_data(
-        config=DataConfig(data_root=str(data_root), dataset="yambda-synthetic-small-seed0", cross_table_rows=50_000, eval_max_samples=512),
+        config=DataConfig(data_root=str(data_root), dataset="yambda-synthetic-small-seed0", cross_table_rows=50_000,
+                          test_day_max_samples=512),
         model_config=mcfg, info=info, seed=1,
     )
     torch.manual_seed(1)
@@ -83,8 +86,8 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
                          sharding=ShardingConfig(default_sharding_type="row_wise"), sparse_optimizer=SparseOptimizerConfig())
     init_sharded_embeddings(dmp, seed=1)
     optimizer = build_optimizer(dmp=dmp, learning_rate=1e-3, betas=(0.95, 0.999), eps=1e-8, weight_decay=0.0)
-    task = DlrmTask(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=1, base_lr=1e-3,
-                    warmup_steps=10, grad_clip_norm=1.0, eval_batches=lambda: iter(()))
+    task = DlrmTask(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=1, grad_clip_norm=1.0,
+                    eval_batches=lambda at: iter(()))
     return data, task
 
 
@@ -94,11 +97,11 @@ def bench_train(data_root: Path, *, steps: int) -> dict:
     windows = data.train_windows(window_seconds=86_400)
     batches = data.train_window_batches(windows, windows.keys()[-1], global_batch_size=gbs, seed=1)[: steps + 3]
     loaded = [data.train.get_batch(b) for b in batches]
-    for b in loaded[:3]:  # warm-up
-        task.train_step(b)
+    for step, b in enumerate(loaded[:3]):  # warm-up
+        task.train_step(b, StepContext(step=step, lr=None))
     t0 = time.perf_counter()
-    for b in loaded[3:]:
-        task.train_step(b)
+    for step, b in enumerate(loaded[3:], start=3):
+        task.train_step(b, StepContext(step=step, lr=None))
     seconds = time.perf_counter() - t0
     rows = sum(int(b.uih_lengths.sum()) + 9 * b.batch_size for b in loaded[3:])
     return {
@@ -201,8 +204,9 @@ def bench_window(data_root: Path, *, step_s: float = 0.15, windows_to_cross: int
     """First-batch wait at each window boundary while steps of `step_s` seconds "train"."""
     from common.distributed import init_distributed
     from common.streaming import StreamingLoader
-    from recommendation_v4.data_setup import DataConfig, prepare_data
+    from recommendation_v4.data_setup import prepare_data
     from recommendation_v4.model.config import FLAVORS
+    from recommendation_v4.run_config import DataConfig
 
     info = init_distributed()
     _dataset(data_root, "small")

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import gin
+
 import numpy as np
 import torch
 
 from common.auc import binary_auc
-from common.distributed import DistInfo, barrier
-from common.streaming import TimeWindows, window_batches
+from common.collectives import run_on_rank0
+from common.config import ConfigError
+from common.distributed import DistInfo
+from common.loop import EvalPoint
+from common.streaming import StreamingLoader, TimeWindows, rank_share, window_batches
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
 from recommendation_v4.data.preprocess import ensure_processed
 from recommendation_v4.data.synthetic import ensure_synthetic
 from recommendation_v4.model.config import HSTUModelConfig, reference_table_rows
+from recommendation_v4.run_config import DataConfig
 
 # pseudo-count of the popularity baseline: items seen rarely shrink toward the global rate
 POPULARITY_PRIOR_COUNT = 10.0
@@ -29,37 +33,26 @@ POPULARITY_PRIOR_COUNT = 10.0
 EVAL_SUBSET_SEED = 20_260_101
 
 
-@gin.configurable
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    data_root: str = "data"
-    dataset: str = "yambda-synthetic-small-seed0"
-    history_length: int | None = None  # None: the model flavor's
-    min_history: int = 5
-    num_workers: int = 1
-    eval_max_samples: int = 0  # 0 = the whole eval split
-    generate_if_missing: bool = True
-    # None: the reference sizes; an int: that many rows for each of the 7 hashed cross tables
-    cross_table_rows: int | None = None
-    # None: the data's own id ranges; "reference": Yambda-5b's entity counts
-    entity_table_rows: str | None = None
-    holdout_user_fraction: float = 0.0
-
-
 def dataset_dir_for(config: DataConfig) -> pathlib.Path:
     return layout.default_dataset_dir(config.data_root, config.dataset)
 
 
-def materialise(config: DataConfig, *, is_main: bool) -> pathlib.Path:
-    """Generates (synthetic, rank 0 only) and preprocesses the dataset; returns its directory."""
+def materialise(config: DataConfig) -> pathlib.Path:
+    """Rank 0 generates (synthetic) and preprocesses the dataset; every rank gets its directory,
+    or rank 0's error (a missing or malformed dataset is a data error on every rank)."""
     dataset_dir = dataset_dir_for(config)
-    kind = layout.parse_dataset_name(config.dataset)
-    if is_main:
+
+    def prepare() -> None:
+        try:
+            kind = layout.parse_dataset_name(config.dataset)
+        except ValueError as error:
+            raise ConfigError(f"recommendation_v4.DataConfig.dataset: {error}") from error
         if kind["kind"] == "synthetic" and config.generate_if_missing:
             ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]))
         schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
         ensure_processed(dataset_dir)
-    barrier()
+
+    run_on_rank0(prepare, shared_errors=(ConfigError, schema.DatasetError))
     return dataset_dir
 
 
@@ -114,15 +107,6 @@ class YambdaData:
         return binary_auc(torch.from_numpy(rate[eval_items]), torch.from_numpy(eval_labels.astype(np.float32)))
 
 
-def rank_slice(global_indices: np.ndarray, info: DistInfo) -> np.ndarray:
-    """This rank's contiguous share of a global batch (sizes must divide evenly)."""
-    n = len(global_indices)
-    if n % info.world_size:
-        raise ValueError(f"a global batch of {n} samples does not split evenly over {info.world_size} ranks")
-    share = n // info.world_size
-    return np.asarray(global_indices[info.rank * share : (info.rank + 1) * share])
-
-
 def _table_sizes(config: DataConfig) -> tuple[dict[str, int] | None, dict[str, int] | None]:
     cross = None
     if config.cross_table_rows is not None:
@@ -131,18 +115,16 @@ def _table_sizes(config: DataConfig) -> tuple[dict[str, int] | None, dict[str, i
     if config.entity_table_rows == "reference":
         ref = reference_table_rows()
         entity = {name: ref[name] for name in F.REFERENCE_ENTITY_ROWS}
-    elif config.entity_table_rows is not None:
-        raise ValueError(f"DataConfig.entity_table_rows must be None or 'reference', got {config.entity_table_rows!r}")
     return cross, entity
 
 
 def prepare_data(*, config: DataConfig, model_config: HSTUModelConfig, info: DistInfo, seed: int) -> YambdaData:
-    dataset_dir = materialise(config, is_main=info.is_main)
+    dataset_dir = materialise(config)
     history_length = config.history_length or model_config.history_length
     if F.max_sequence_length(history_length) > model_config.max_seq_len:
-        raise ValueError(
-            f"DataConfig.history_length={history_length} makes sequences longer than the model's "
-            f"max_seq_len={model_config.max_seq_len}"
+        raise ConfigError(
+            f"recommendation_v4.DataConfig.history_length={history_length} makes sequences longer than the "
+            f"model's max_seq_len={model_config.max_seq_len}"
         )
     cross, entity = _table_sizes(config)
     common = dict(
@@ -157,8 +139,9 @@ def prepare_data(*, config: DataConfig, model_config: HSTUModelConfig, info: Dis
     evaluation = YambdaSequenceDataset(processed, split="eval", **common)
     # a fixed eval subset (same on every rank and run), trimmed to a multiple of world size
     n_eval = len(evaluation)
-    if config.eval_max_samples and n_eval > config.eval_max_samples:
-        chosen = np.sort(np.random.default_rng(EVAL_SUBSET_SEED).choice(n_eval, config.eval_max_samples, replace=False))
+    if config.test_day_max_samples and n_eval > config.test_day_max_samples:
+        pick = np.random.default_rng(EVAL_SUBSET_SEED).choice(n_eval, config.test_day_max_samples, replace=False)
+        chosen = np.sort(pick)
     else:
         chosen = np.arange(n_eval)
     chosen = chosen[: len(chosen) - len(chosen) % info.world_size]
@@ -200,12 +183,19 @@ class EvalPlan:
     HOLDOUT_KEY = -1
 
     def __post_init__(self) -> None:
-        if self.mode not in ("holdout", "next_window"):
-            raise ValueError(f"StreamingConfig.eval_mode must be 'holdout' or 'next_window', got {self.mode!r}")
         if self.batch_size % self.data.info.world_size:
-            raise ValueError(f"eval batch size {self.batch_size} does not split over {self.data.info.world_size} ranks")
+            raise ConfigError(
+                f"recommendation_v4.TrainConfig.eval_batch_size={self.batch_size} does not split over "
+                f"{self.data.info.world_size} ranks"
+            )
         self.source = CombinedSource(self.data.train, self.data.eval)
         self._train_keys = set(self.windows.keys())
+
+    def iterate(self, loader: StreamingLoader, at: EvalPoint, *, first_window: int):
+        """The (index, batch) pairs of the evaluation at `at`; the next one's first batch is prefetched."""
+        key = self.eval_key(at.window_key if at.window_key is not None else first_window)
+        next_key = self.eval_key(at.next_window_key) if at.next_window_key is not None else None
+        return loader.iterate(key, next_key=next_key)
 
     def eval_key(self, train_key: int) -> int:
         if self.mode == "next_window" and train_key + 1 in self._train_keys:
@@ -221,4 +211,8 @@ class EvalPlan:
                 pick = np.random.default_rng([EVAL_SUBSET_SEED, eval_key]).choice(chosen.size, self.max_samples, replace=False)
                 chosen = chosen[np.sort(pick)]
             chosen = chosen[: chosen.size - chosen.size % self.data.info.world_size]
-        return [rank_slice(chosen[s : s + self.batch_size], self.data.info) for s in range(0, chosen.size, self.batch_size)]
+        info = self.data.info
+        return [
+            rank_share(chosen[s : s + self.batch_size], rank=info.rank, world_size=info.world_size)
+            for s in range(0, chosen.size, self.batch_size)
+        ]

@@ -1,4 +1,9 @@
-"""Gin-configurable settings of a DLRM-HSTU run (besides data, sharding and the model flavor)."""
+"""Gin-configurable settings of a DLRM-HSTU run: `recommendation_v4.<Name>.<field>` in gin files.
+
+The model's sharding and sparse optimizer are configured beside their code
+(`recommendation_v4.ShardingConfig`, `recommendation_v4.SparseOptimizerConfig` in sharding.py);
+seed, run name, step budget and device are the shared `common.RunConfig`.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,25 @@ import dataclasses
 
 import gin
 
+from common.config import ConfigError, require, require_choice, require_int, require_number
 from common.streaming import DAY_SECONDS
+from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
+from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
+
+KERNELS = ("PYTORCH", "TRITON")
+EVAL_MODES = ("holdout", "next_window")
 
 
-
-@gin.configurable
+@gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     flavor: str = "debug"
     model_overrides: dict = dataclasses.field(default_factory=dict)  # field -> value on top of the flavor
     kernel: str = "PYTORCH"
     bf16: bool = False  # bf16 autocast of the dense part; GPU only
-    seed: int = 1  # negative: draw one
     global_batch_size: int = 128
     eval_batch_size: int = 512
-    max_steps: int = 0  # 0: train through all the windows
     eval_every_steps: int = 0  # explicit step grid (exclusive with StreamingConfig.eval_every_data_pct)
-    log_every_steps: int = 50
     learning_rate: float = 1e-3
     warmup_steps: int = 100
     adam_betas: tuple[float, float] = (0.95, 0.999)
@@ -30,13 +37,57 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip_norm: float = 1.0
     target_auc: float | None = None
-    output_root: str = "runs"
-    run_name: str = "default"
-    device: str = "auto"
-    log_sample_ids: bool = False  # per-rank audit log of the samples every step trained
+
+    def __post_init__(self) -> None:
+        require_choice(self, "kernel", KERNELS)
+        require_int(self, "global_batch_size", "eval_batch_size", minimum=1)
+        require_int(self, "eval_every_steps", "warmup_steps", minimum=0)
+        require_number(self, "learning_rate", minimum=0.0, strictly=True)
+        require_number(self, "adam_eps", "weight_decay", "grad_clip_norm", minimum=0.0)
+        require(self, "adam_betas", len(tuple(self.adam_betas)) == 2 and all(0 <= b < 1 for b in self.adam_betas),
+                "two numbers in [0, 1)")
+        require(self, "target_auc", self.target_auc is None or 0 < self.target_auc <= 1, "in (0, 1] or None")
+        require(self, "model_overrides", isinstance(self.model_overrides, dict), "a dict of flavor fields")
+
+    def model(self) -> HSTUModelConfig:
+        """The flavor with its overrides applied."""
+        if self.flavor not in FLAVORS:
+            raise ConfigError(f"recommendation_v4.TrainConfig.flavor={self.flavor!r} is not one of {sorted(FLAVORS)}")
+        try:
+            return dataclasses.replace(FLAVORS[self.flavor], **dict(self.model_overrides))
+        except TypeError as err:
+            raise ConfigError(f"recommendation_v4.TrainConfig.model_overrides: {err}") from err
 
 
-@gin.configurable
+@gin.configurable(module="recommendation_v4")
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    data_root: str = "data"
+    dataset: str = "yambda-synthetic-small-seed0"
+    history_length: int | None = None  # None: the model flavor's
+    min_history: int = 5
+    num_workers: int = 1
+    test_day_max_samples: int = 0  # a fixed subset of the test day's samples; 0 = all of them
+    generate_if_missing: bool = True
+    # None: the reference sizes; an int: that many rows for each of the 7 hashed cross tables
+    cross_table_rows: int | None = None
+    # None: the data's own id ranges; "reference": Yambda-5b's entity counts
+    entity_table_rows: str | None = None
+    holdout_user_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
+        require_int(self, "min_history", minimum=1)
+        require_int(self, "num_workers", "test_day_max_samples", minimum=0)
+        if self.history_length is not None:
+            require_int(self, "history_length", minimum=1)
+        if self.cross_table_rows is not None:
+            require_int(self, "cross_table_rows", minimum=1)
+        require(self, "entity_table_rows", self.entity_table_rows in (None, "reference"), "None or 'reference'")
+        require(self, "holdout_user_fraction", 0 <= self.holdout_user_fraction < 1, "in [0, 1)")
+
+
+@gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class StreamingConfig:
     """Strict time order: train window T, evaluate on T+1 ("next_window") or the test day ("holdout")."""
@@ -47,19 +98,28 @@ class StreamingConfig:
     eval_mode: str = "holdout"
     eval_every_data_pct: float = 0.0  # MLPerf eval grid: ceil(pct * train_samples / GBS) steps
     eval_at_window_end: bool = False
-    eval_max_samples: int = 0  # next_window mode: cap per eval window (0 = all)
+    next_window_max_samples: int = 0  # next_window mode: a fixed subset of each eval window (0 = all)
     first_eval_at_grid_point: int = 0  # skip grid evaluations before this grid point (MLPerf closed)
 
+    def __post_init__(self) -> None:
+        require_int(self, "window_seconds", minimum=1)
+        require_int(self, "start_window", "num_windows", "next_window_max_samples", "first_eval_at_grid_point", minimum=0)
+        require_choice(self, "eval_mode", EVAL_MODES)
+        require(self, "eval_every_data_pct", 0 <= self.eval_every_data_pct <= 1, "in [0, 1]")
 
-@gin.configurable
+
 @dataclasses.dataclass(frozen=True)
-class MLPerfConfig:
-    """The submission block of mllog.log; the hyperparameters come from the run's own config."""
+class DlrmConfigs:
+    """Everything gin configures for one DLRM-HSTU run, read and checked before anything starts."""
 
-    org: str = "reference"
-    platform: str = "cpu"
-    division: str = "closed"
-    status: str = "onprem"
-    precision_linear: str = "fp32"
-    precision_attn: str = "fp32"
-    precision_comm: str = "fp32"
+    train: TrainConfig
+    data: DataConfig
+    stream: StreamingConfig
+    sharding: ShardingConfig
+    sparse: SparseOptimizerConfig
+
+    @classmethod
+    def read(cls) -> "DlrmConfigs":
+        configs = cls(TrainConfig(), DataConfig(), StreamingConfig(), ShardingConfig(), SparseOptimizerConfig())
+        configs.train.model()  # a bad flavor or override fails here
+        return configs

@@ -18,13 +18,16 @@ import torch
 import torch.distributed as dist
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 from torchrec.distributed.types import ShardingPlan
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
+from common.config import ConfigError, require, require_choice, require_number
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 
 logger = logging.getLogger(__name__)
@@ -35,11 +38,11 @@ PLACEMENT_KERNELS = {"hbm": "fused", "uvm": "fused_uvm", "uvm_caching": "fused_u
 GiB = 1024**3
 
 
-class ShardingConfigError(ValueError):
-    pass
+class ShardingConfigError(ConfigError):
+    """A sharding binding names an unknown table, sharding type or placement."""
 
 
-@gin.configurable
+@gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class ShardingConfig:
     """How the embedding tables are placed.
@@ -51,18 +54,29 @@ class ShardingConfig:
 
     hbm_cap_gb: float = 80.0
     ddr_cap_gb: float | None = None
+    storage_reservation_pct: float = 0.15  # of each device's memory, kept free of embedding tables
+
+    def __post_init__(self) -> None:
+        require_number(self, "hbm_cap_gb", minimum=0.0, strictly=True)
+        require(self, "storage_reservation_pct", 0 <= self.storage_reservation_pct < 1, "in [0, 1)")
+        if self.default_sharding_type is not None:
+            require_choice(self, "default_sharding_type", SHARDING_TYPES)
     default_sharding_type: str | None = None
     sharding_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
     placement_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-@gin.configurable
+@gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class SparseOptimizerConfig:
     """RowWiseAdagrad, fused into the embedding backward (fbgemm's CPU mode has no Adam)."""
 
     learning_rate: float = 0.05
     eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        require_number(self, "learning_rate", minimum=0.0, strictly=True)
+        require_number(self, "eps", minimum=0.0)
 
 
 def table_constraints(
@@ -74,7 +88,7 @@ def table_constraints(
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ShardingConfigError(
-                f"ShardingConfig.{kind}_overrides names unknown table(s) {unknown}; tables are {sorted(known)}"
+                f"recommendation_v4.ShardingConfig.{kind}_overrides names unknown table(s) {unknown}; tables are {sorted(known)}"
             )
     constraints: dict[str, ParameterConstraints] = {}
     for name in table_names:
@@ -123,18 +137,23 @@ def shard_model(
         model.embedding_collection.parameters(),
         {"lr": sparse_optimizer.learning_rate, "eps": sparse_optimizer.eps},
     )
-    topology = Topology(
-        world_size=world_size,
-        local_world_size=local_world_size,
-        compute_device=device.type,
-        hbm_cap=int(sharding.hbm_cap_gb * GiB) if device.type == "cuda" else None,
-        ddr_cap=int(sharding.ddr_cap_gb * GiB) if sharding.ddr_cap_gb is not None else None,
+    topology = TopologyFactory.create_topology(
+        trainer_config=TrainerConfig(
+            world_size=world_size,
+            local_world_size=local_world_size,
+            hbm_cap_bytes=int(sharding.hbm_cap_gb * GiB) if device.type == "cuda" else None,
+            ddr_cap_bytes=int(sharding.ddr_cap_gb * GiB) if sharding.ddr_cap_gb is not None else None,
+        ),
+        kernel_config=KernelConfig(compute_device=device.type),
     )
     constraints = table_constraints(
         table_names=_embedding_table_names(model), config=sharding, device_type=device.type
     )
     sharders = [EmbeddingCollectionSharder()]
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    # an explicit reservation: TorchRec's default (heuristical) one mis-estimates dense tensors
+    # that are not materialised yet and says so on every run
+    reservation = FixedPercentageStorageReservation(percentage=sharding.storage_reservation_pct)
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints, storage_reservation=reservation)
     plan = planner.collective_plan(model, sharders, dist.group.WORLD)
     dmp = DistributedModelParallel(module=model, device=device, plan=plan, sharders=sharders)
     return dmp, plan

@@ -11,17 +11,10 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
 from common.auc import distributed_binary_auc
-from common.distributed import all_reduce_mean
-from common.loop import EvalOutput, StepOutput
+from common.collectives import all_reduce_mean
+from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
-
-
-def linear_warmup(step: int, *, base_lr: float, warmup_steps: int) -> float:
-    """Learning rate after `step` completed steps: linear from 0 to base_lr, then flat."""
-    if warmup_steps <= 0:
-        return base_lr
-    return base_lr * min(1.0, (step + 1) / warmup_steps)
 
 
 def global_max_sequence_length(model: DlrmHSTU, batch: HSTUBatch) -> int:
@@ -42,16 +35,20 @@ class DlrmTask:
     optimizer: CombinedOptimizer
     device: torch.device
     world_size: int
-    base_lr: float
-    warmup_steps: int
     grad_clip_norm: float
-    eval_batches: Callable[[], Iterable[tuple[int, HSTUBatch]]]  # (index, batch) of the evaluation due now
-    step: int = 0  # optimizer steps taken (drives the warm-up; restored on resume)
+    eval_batches: Callable[[EvalPoint], Iterable[tuple[int, HSTUBatch]]]  # (index, batch) of the evaluation at a point
 
     def __post_init__(self) -> None:
         self._dense = dict(self.optimizer.optimizers)["dense"]
         self._dense_params = [p for group in self._dense.param_groups for p in group["params"]]
 
+    def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The dense Adam follows the warm-up; the fused RowWiseAdagrad keeps its rate.
+
+        The torch optimizer itself, not TorchRec's wrapper: loading a checkpoint replaces the
+        optimizer's param_groups, and the wrapper would keep pointing at the old ones.
+        """
+        return [self._dense._optimizer]
     def app_state(self) -> dict[str, Any]:
         """What a checkpoint holds: dense + sharded weights, the fused sparse optimizer state and
         the dense Adam (a plain torch optimizer, whose state round-trips exactly)."""
@@ -61,7 +58,7 @@ class DlrmTask:
             "dense_optim": self._dense._optimizer,
         }
 
-    def train_step(self, batch: HSTUBatch) -> StepOutput:
+    def train_step(self, batch: HSTUBatch, step: StepContext) -> StepOutput:
         self.dmp.train()
         batch = batch.to(self.device, non_blocking=True)
         max_len = global_max_sequence_length(self.model, batch)
@@ -71,20 +68,16 @@ class DlrmTask:
         loss.backward()  # embedding rows are updated here by the fused RowWiseAdagrad
         if self.grad_clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self._dense_params, self.grad_clip_norm)
-        lr = linear_warmup(self.step, base_lr=self.base_lr, warmup_steps=self.warmup_steps)
-        for group in self._dense.param_groups:
-            group["lr"] = lr
         self.optimizer.step()
-        self.step += 1
         return StepOutput(
             loss=all_reduce_mean(loss.detach()), samples=batch.batch_size * self.world_size, sample_ids=batch.sample_ids
         )
 
     @torch.no_grad()
-    def evaluate(self) -> EvalOutput:
+    def evaluate(self, at: EvalPoint) -> EvalOutput:
         self.dmp.eval()
         scores, labels, losses = [], [], []
-        for _, batch in self.eval_batches():
+        for _, batch in self.eval_batches(at):
             batch = batch.to(self.device, non_blocking=True)
             logits = self.dmp(batch, max_seq_len=global_max_sequence_length(self.model, batch))
             losses.append(self.model.loss(logits, batch.labels).detach() * batch.batch_size)

@@ -1,4 +1,4 @@
-"""From gin's `RetinaNetDataConfig` to the train and validation datasets of a run.
+"""From gin's `DataConfig` to the train and validation datasets of a run.
 
 `<data_root>/retinanet/<dataset>` is generated on first use when `dataset` names a synthetic
 one (`synthetic-<size>-seed<N>`); any other name must already hold the OpenImages-MLPerf
@@ -14,20 +14,24 @@ from pathlib import Path
 import numpy as np
 
 from common.config import ConfigError
+from common.collectives import run_on_rank0
 from common.distributed import DistInfo
-from common.rank_agreement import barrier, strings_from_rank0
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
 from retinanet.model.flavors import RetinaNetFlavor
-from retinanet.run_config import RetinaNetDataConfig
+from retinanet.run_config import DataConfig
 
 BENCHMARK_DATA_DIRNAME = "retinanet"
 _SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)$")
 
 
-def dataset_dir_for(config: RetinaNetDataConfig) -> Path:
+class MissingDatasetError(RuntimeError):
+    """The configured dataset is not on disk; the message says how to get it."""
+
+
+def dataset_dir_for(config: DataConfig) -> Path:
     return Path(config.data_root) / BENCHMARK_DATA_DIRNAME / config.dataset
 
 
@@ -35,13 +39,13 @@ def synthetic_dataset_name(size: str, seed: int) -> str:
     return f"synthetic-{size}-seed{seed}"
 
 
-def _materialise_on_rank0(config: RetinaNetDataConfig, dataset_dir: Path) -> None:
+def _materialise_on_rank0(config: DataConfig, dataset_dir: Path) -> None:
     match = _SYNTHETIC_NAME.match(config.dataset)
     if match and config.generate_if_missing:
         size = match["size"]
         if size not in SYNTHETIC_SIZES:
             raise ConfigError(
-                f"RetinaNetDataConfig.dataset={config.dataset!r}: unknown synthetic size {size!r}; "
+                f"retinanet.DataConfig.dataset={config.dataset!r}: unknown synthetic size {size!r}; "
                 f"known: {sorted(SYNTHETIC_SIZES)}"
             )
         if not (dataset_dir / layout.GENERATOR_INFO_FILENAME).exists():
@@ -52,30 +56,26 @@ def _materialise_on_rank0(config: RetinaNetDataConfig, dataset_dir: Path) -> Non
     for split in layout.SPLITS:
         annotations = layout.split_paths(dataset_dir, split).annotations_file
         if not annotations.is_file():
-            hint = (
-                "generate it with RetinaNetDataConfig.generate_if_missing = True"
-                if match
-                else "download it with retinanet/download_dataset.sh"
-            )
-            raise ConfigError(
-                f"RetinaNetDataConfig.dataset={config.dataset!r}: {annotations} is missing ({hint}, or point "
-                f"RetinaNetDataConfig.data_root / $MLPERF_DATA_ROOT at the directory holding retinanet/{config.dataset})"
+            raise MissingDatasetError(
+                f"retinanet.DataConfig.dataset={config.dataset!r}: {annotations} is missing; generate a synthetic "
+                f"dataset with `python -m retinanet.data.synthetic --size tiny --seed 0 --out {dataset_dir}` (or set "
+                f"retinanet.DataConfig.generate_if_missing = True for a synthetic-<size>-seed<N> name), download the "
+                f"real one with `retinanet/download_dataset.sh --dataset-dir {dataset_dir}`, or point "
+                f"retinanet.DataConfig.data_root / $MLPERF_DATA_ROOT at the directory holding retinanet/{config.dataset}"
             )
 
 
-def materialise(config: RetinaNetDataConfig, *, is_main: bool) -> Path:
+def materialise(config: DataConfig) -> Path:
     """Generates a synthetic dataset on rank 0 if needed; every rank raises rank 0's error."""
     dataset_dir = dataset_dir_for(config)
-    problem = ""
-    if is_main:
+
+    def prepare() -> None:
         try:
             _materialise_on_rank0(config, dataset_dir)
-        except (ConfigError, FileExistsError) as error:
-            problem = str(error)
-    problem = strings_from_rank0([problem])[0]
-    if problem:
-        raise ConfigError(problem)
-    barrier()
+        except FileExistsError as error:  # the directory holds something that is not this dataset
+            raise ConfigError(f"retinanet.DataConfig.dataset={config.dataset!r}: {error}") from error
+
+    run_on_rank0(prepare, shared_errors=(ConfigError, MissingDatasetError))
     return dataset_dir
 
 
@@ -103,8 +103,8 @@ class DetectionData:
         return [mine[start : start + batch_size] for start in range(0, len(mine), batch_size)]
 
 
-def prepare_data(*, config: RetinaNetDataConfig, flavor: RetinaNetFlavor, info: DistInfo, seed: int) -> DetectionData:
-    dataset_dir = materialise(config, is_main=info.is_main)
+def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo, seed: int) -> DetectionData:
+    dataset_dir = materialise(config)
     train_settings = LoaderSettings(
         image_size=flavor.image_size,
         augment=True,
@@ -122,7 +122,7 @@ def prepare_data(*, config: RetinaNetDataConfig, flavor: RetinaNetFlavor, info: 
     if flavor.num_classes != train.categories.num_classes:
         raise ConfigError(
             f"the model has {flavor.num_classes} classes but {train_file} has {train.categories.num_classes}; "
-            f'set RetinaNetTrainConfig.model_overrides = {{"num_classes": {train.categories.num_classes}}} '
+            f'set retinanet.TrainConfig.model_overrides = {{"num_classes": {train.categories.num_classes}}} '
             "or pick the matching flavor/dataset"
         )
     if len(validation) == 0:

@@ -1,8 +1,6 @@
-"""Gin-configurable settings of a RetinaNet run.
+"""Gin-configurable settings of a RetinaNet run: `retinanet.<Name>.<field>` in gin files.
 
-The names carry a `RetinaNet` prefix because gin matches bare names across every imported
-module: a second `TrainConfig` would make the DLRM trainer's `TrainConfig.x` bindings ambiguous
-wherever both benchmarks are imported (the test session).
+Seed, run name, step budget, device and CPU threads are the shared `common.RunConfig`.
 """
 
 from __future__ import annotations
@@ -10,24 +8,23 @@ from __future__ import annotations
 import dataclasses
 
 import gin
+import torch
 
-from common.config import ConfigError
+from common.config import ConfigError, require, require_choice, require_int, require_number
+from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 
 
 AMP_DTYPES: tuple[str, ...] = ("", "bf16", "fp16")
 
 
-@gin.configurable
+@gin.configurable(module="retinanet")
 @dataclasses.dataclass(frozen=True)
-class RetinaNetTrainConfig:
+class TrainConfig:
     flavor: str = "tiny"
     model_overrides: dict = dataclasses.field(default_factory=dict)  # flavor field -> value
-    seed: int = 1  # negative: draw one
     global_batch_size: int = 8
     eval_batch_size: int = 8  # images per rank and evaluation batch
     epochs: int = 1
-    max_steps: int = 0  # 0: train all the epochs (unless the target is reached first)
-    log_every_steps: int = 10
     learning_rate: float = 1e-4
     warmup_epochs: float = 1.0  # linear warm-up length in epochs' worth of steps
     warmup_factor: float = 1e-3  # the first step's learning rate as a fraction of learning_rate
@@ -38,39 +35,37 @@ class RetinaNetTrainConfig:
     channels_last: bool = False  # GPU only
     target_map: float | None = None  # stop once an evaluation reaches it
     eval_before_training: bool = False  # score the untrained model first (a baseline, not in mllog)
-    num_threads: int = 0  # intra-op CPU threads; 0 leaves torch's default
-    output_root: str = "runs"
-    run_name: str = "default"
-    device: str = "auto"
-    log_sample_ids: bool = False  # per-rank audit log of the image ids every step trained
 
     def __post_init__(self) -> None:
-        positive = ("global_batch_size", "eval_batch_size", "epochs", "log_every_steps")
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"RetinaNetTrainConfig.{name} must be an int >= 1, got {value!r}")
-        for name in ("max_steps", "num_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"RetinaNetTrainConfig.{name} must be an int >= 0, got {value!r}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"RetinaNetTrainConfig.learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.warmup_epochs < 0:
-            raise ConfigError(f"RetinaNetTrainConfig.warmup_epochs must be >= 0, got {self.warmup_epochs!r}")
-        if not 0 < self.warmup_factor <= 1:
-            raise ConfigError(f"RetinaNetTrainConfig.warmup_factor must be in (0, 1], got {self.warmup_factor!r}")
-        if self.amp not in AMP_DTYPES:
-            raise ConfigError(f"RetinaNetTrainConfig.amp must be one of {AMP_DTYPES}, got {self.amp!r}")
-        if self.target_map is not None and not 0 < self.target_map <= 1:
-            raise ConfigError(f"RetinaNetTrainConfig.target_map must be in (0, 1] or None, got {self.target_map!r}")
-        if len(self.adam_betas) != 2:
-            raise ConfigError(f"RetinaNetTrainConfig.adam_betas needs two values, got {self.adam_betas!r}")
+        require_int(self, "global_batch_size", "eval_batch_size", "epochs", minimum=1)
+        require_number(self, "learning_rate", minimum=0.0, strictly=True)
+        require_number(self, "warmup_epochs", minimum=0.0)
+        require(self, "warmup_factor", 0 < self.warmup_factor <= 1, "in (0, 1]")
+        require_choice(self, "amp", AMP_DTYPES)
+        require(self, "target_map", self.target_map is None or 0 < self.target_map <= 1, "in (0, 1] or None")
+        require(self, "adam_betas", len(tuple(self.adam_betas)) == 2, "two numbers")
+
+    def model(self) -> RetinaNetFlavor:
+        """The flavor with its overrides applied."""
+        if self.flavor not in FLAVORS:
+            raise ConfigError(f"retinanet.TrainConfig.flavor={self.flavor!r} is not one of {sorted(FLAVORS)}")
+        try:
+            return dataclasses.replace(FLAVORS[self.flavor], **dict(self.model_overrides))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"retinanet.TrainConfig.model_overrides={self.model_overrides!r}: {err}") from err
+
+    def check_device(self, device: torch.device) -> None:
+        """AMP and channels_last are GPU features here; on CPU they would only slow a run down or fail."""
+        if device.type != "cuda" and (self.amp or self.channels_last):
+            raise ConfigError(
+                f"retinanet.TrainConfig.amp={self.amp!r} / channels_last={self.channels_last} need a GPU, but this "
+                f"run is on {device}; set them to '' / False for CPU runs"
+            )
 
 
-@gin.configurable
+@gin.configurable(module="retinanet")
 @dataclasses.dataclass(frozen=True)
-class RetinaNetDataConfig:
+class DataConfig:
     """Where the data is and how it is read.
 
     `dataset` names a directory under <data_root>/retinanet/: "synthetic-<size>-seed<N>" is
@@ -90,22 +85,20 @@ class RetinaNetDataConfig:
     generator_workers: int = 1  # processes generating a synthetic dataset
 
     def __post_init__(self) -> None:
-        for name in ("num_workers", "eval_num_workers", "batches_per_window", "eval_max_images"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"RetinaNetDataConfig.{name} must be an int >= 0, got {value!r}")
-        if not self.dataset or "/" in self.dataset:
-            raise ConfigError(f"RetinaNetDataConfig.dataset must be a directory name, got {self.dataset!r}")
-        if self.generator_workers < 1:
-            raise ConfigError(f"RetinaNetDataConfig.generator_workers must be >= 1, got {self.generator_workers!r}")
+        require_int(self, "num_workers", "eval_num_workers", "batches_per_window", "eval_max_images", minimum=0)
+        require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a directory name")
+        require_int(self, "generator_workers", minimum=1)
 
 
-@gin.configurable
 @dataclasses.dataclass(frozen=True)
-class RetinaNetMLPerfConfig:
-    """The submission block of mllog.log; the hyperparameters come from the run's own config."""
+class RetinaNetConfigs:
+    """Everything gin configures for one RetinaNet run, read and checked before anything starts."""
 
-    org: str = "reference"
-    platform: str = "cpu"
-    division: str = "closed"
-    status: str = "onprem"
+    train: TrainConfig
+    data: DataConfig
+
+    @classmethod
+    def read(cls) -> "RetinaNetConfigs":
+        configs = cls(TrainConfig(), DataConfig())
+        configs.train.model()  # a bad flavor or override fails here
+        return configs

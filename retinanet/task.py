@@ -9,13 +9,12 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 
-from common.distributed import all_reduce_mean
-from common.loop import EvalOutput, StepOutput
+from common.collectives import all_reduce_mean
+from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
 from retinanet.data.batch import DetectionBatch
 from retinanet.data.transforms import normalize_imagenet
 from retinanet.evaluation import CocoDetectionEvaluator
 from retinanet.model.detector import RetinaNetDetector
-from retinanet.schedule import WarmupSchedule
 
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -38,17 +37,18 @@ class RetinaNetTask:
     model: nn.Module  # what trains: the DDP wrapper of `module`
     module: RetinaNetDetector  # the unwrapped detector (evaluation, checkpoints)
     optimizer: torch.optim.Optimizer
-    lr_schedule: WarmupSchedule
     device: torch.device
     global_batch_size: int
     evaluator: CocoDetectionEvaluator
-    eval_batches: Callable[[], Iterable[tuple[int, DetectionBatch]]]  # (index, batch) of the evaluation due now
+    eval_batches: Callable[[EvalPoint], Iterable[tuple[int, DetectionBatch]]]  # (index, batch) of the evaluation at a point
     amp: str = ""  # "", "bf16" or "fp16"
-    step: int = 0  # optimizer steps taken (drives the warm-up; restored on resume)
     skipped_files: list[str] = dataclasses.field(default_factory=list)  # this rank's skipped paths
 
     def __post_init__(self) -> None:
         self.scaler = torch.amp.GradScaler(self.device.type) if self.amp == "fp16" else None
+
+    def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def app_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"model": self.module.state_dict(), "optimizer": self.optimizer}
@@ -61,7 +61,7 @@ class RetinaNetTask:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=AUTOCAST_DTYPES[self.amp])
 
-    def train_step(self, batch: DetectionBatch) -> StepOutput:
+    def train_step(self, batch: DetectionBatch, step: StepContext) -> StepOutput:
         self.skipped_files.extend(s.path for s in batch.skipped)
         if len(batch) == 0:
             # DDP needs every rank in every backward; a rank without images cannot join one.
@@ -70,9 +70,6 @@ class RetinaNetTask:
             )
         images = device_images(batch, self.device)
         targets = [{key: value.to(self.device, non_blocking=True) for key, value in t.items()} for t in batch.targets]
-        lr = self.lr_schedule.lr_at(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
         with self._autocast():
             losses = self.model(images, targets)
         loss = losses["classification"] + losses["bbox_regression"]
@@ -85,18 +82,17 @@ class RetinaNetTask:
             else:
                 loss.backward()
                 self.optimizer.step()
-        self.step += 1
         return StepOutput(
             loss=all_reduce_mean(loss.detach().float()), samples=self.global_batch_size, sample_ids=batch.image_ids
         )
 
     @torch.no_grad()
-    def evaluate(self) -> EvalOutput:
+    def evaluate(self, at: EvalPoint) -> EvalOutput:
         """COCO mAP over the validation images; each rank detects its share, rank 0 scores them all."""
         self.module.eval()
         self.evaluator.reset()
         try:
-            for _, batch in self.eval_batches():  # the loader's own scopes time the reading
+            for _, batch in self.eval_batches(at):  # the loader's own scopes time the reading
                 self.skipped_files.extend(s.path for s in batch.skipped)
                 if len(batch) == 0:
                     continue

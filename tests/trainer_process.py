@@ -3,6 +3,7 @@ watching it from a test: shared by every benchmark's trainer tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -65,3 +66,13 @@ def worker_pids(launcher_pid: int) -> list[int]:
     """The ranks torchrun started (they live in their own process groups)."""
     out = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
+
+
+def torchrun_reports(script: pathlib.Path, *args: str, out_dir: pathlib.Path, nproc: int = 2, timeout: int = 300) -> list[dict]:
+    """Runs a test worker script on `nproc` gloo ranks; each rank writes `out_dir/rank<r>.json`."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(script), *args, str(out_dir)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(nproc)]

@@ -12,9 +12,10 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.io import ImageReadMode, decode_jpeg
 
+from common.keyed_rng import keyed_generator
+
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
-_MASK_64 = (1 << 64) - 1
 _MEAN = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(3, 1, 1)
 _STD = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(3, 1, 1)
 # (x / 255 - mean) / std == x * scale + shift: one multiply and one add per pixel.
@@ -69,26 +70,8 @@ def normalize_imagenet(image: torch.Tensor) -> torch.Tensor:
     return normalize_imagenet_(image.to(torch.float32))
 
 
-def _splitmix64(value: int) -> int:
-    value = (value + 0x9E3779B97F4A7C15) & _MASK_64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK_64
-    return value ^ (value >> 31)
-
-
-def sample_generator(*, seed: int, epoch: int, image_id: int) -> torch.Generator:
-    """A generator seeded from (seed, epoch, image id) alone.
-
-    Keyed on the image id rather than a position so that any window blocking, worker count
-    or resume point replays exactly the same augmentation for an image in an epoch.
-    """
-    mixed = _splitmix64(_splitmix64(_splitmix64(seed & _MASK_64) ^ (epoch & _MASK_64)) ^ (image_id & _MASK_64))
-    generator = torch.Generator()
-    generator.manual_seed(mixed & ((1 << 63) - 1))
-    return generator
-
-
 def flip_decision(*, seed: int, epoch: int, image_id: int, probability: float = 0.5) -> bool:
     """Whether the image is flipped this epoch."""
-    generator = sample_generator(seed=seed, epoch=epoch, image_id=image_id)
-    return bool(torch.rand((), generator=generator) < probability)
+    # keyed on the image id, not a position: any window blocking, worker count or resume point
+    # replays the same flip for an image in an epoch
+    return bool(torch.rand((), generator=keyed_generator(seed, epoch, image_id)) < probability)

@@ -296,8 +296,13 @@ def test_policy_builds_a_manager_only_with_a_path(tmp_path):
 
 
 def test_training_progress_validates_fields():
-    progress = TrainingProgress(global_step=10, samples_seen=80, train_ts=86400, batch_idx_in_window=3)
+    progress = TrainingProgress(global_step=10, samples_seen=80, window_key=86400, batch_idx_in_window=3)
     assert TrainingProgress.from_json(progress.to_json()) == progress
+    # checkpoints written before the rename call the window key train_ts
+    older = {("train_ts" if k == "window_key" else k): v for k, v in progress.to_json().items()}
+    assert TrainingProgress.from_json(older) == progress
+    with pytest.raises(ValueError, match="training progress has unknown fields"):
+        TrainingProgress.from_json({**progress.to_json(), "train_ts": 1})  # both spellings at once
     with pytest.raises(ValueError, match="from x: training progress has unknown fields \\['bogus'\\]"):
         TrainingProgress.from_json({**progress.to_json(), "bogus": 1}, source="from x")
     with pytest.raises(ValueError, match="TrainingProgress.global_step must be an int >= 0"):
@@ -346,3 +351,22 @@ def test_checkpoint_saved_without_checksums_still_loads_when_verifying(tmp_path)
     CheckpointManager(tmp_path).save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={"v": 1})
     with pytest.warns(UserWarning, match="saved without checksums"):
         assert CheckpointManager(tmp_path, verify_checksums=True).load_latest({"t": {"w": torch.zeros(1)}}) == {"v": 1}
+
+
+def test_named_random_streams_are_captured_per_rank_and_restored(tmp_path):
+    streams = {"rank": torch.Generator().manual_seed(5), "eval": torch.Generator().manual_seed(6)}
+    torch.rand(3, generator=streams["rank"])
+    manager = CheckpointManager(tmp_path)
+    manager.save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={}, generators=streams)
+    expected = {name: torch.rand(4, generator=g) for name, g in streams.items()}
+    fresh = {"rank": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(0)}
+    manager.load_latest({"t": {"w": torch.zeros(1)}}, generators=fresh)
+    for name, generator in fresh.items():
+        assert torch.equal(torch.rand(4, generator=generator), expected[name]), name
+
+    # a checkpoint without a stream's state leaves it at its seed and says so
+    CheckpointManager(tmp_path / "old").save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={})
+    late = {"rank": torch.Generator().manual_seed(11)}
+    with pytest.warns(UserWarning, match=r"no state for the random streams \['rank'\]"):
+        CheckpointManager(tmp_path / "old").load_latest({"t": {"w": torch.zeros(1)}}, generators=late)
+    assert torch.equal(torch.rand(2, generator=late["rank"]), torch.rand(2, generator=torch.Generator().manual_seed(11)))

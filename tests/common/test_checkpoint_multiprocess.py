@@ -1,23 +1,17 @@
 """Two gloo ranks under torchrun: sharded TorchRec state, fused optimizer, fallback agreement."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.trainer_process import torchrun_reports
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("dmp_checkpoint")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(HERE / "dmp_checkpoint_worker.py"), str(out_dir)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return torchrun_reports(HERE / "dmp_checkpoint_worker.py", out_dir=tmp_path_factory.mktemp("dmp_checkpoint"))
 
 
 @pytest.mark.multiprocess

@@ -23,7 +23,7 @@ def single_process_run(tiny_data_root, tmp_path_factory):
 @pytest.mark.parametrize("sharding", ["row_wise", "table_wise"])
 def test_two_processes_match_one(sharding, single_process_run, tiny_data_root, tmp_path):
     bindings = tiny_bindings(data_root=tiny_data_root, output_root=tmp_path, run_name="two", max_steps=STEPS)
-    bindings.append(f'ShardingConfig.default_sharding_type = "{sharding}"')
+    bindings.append(f'recommendation_v4.ShardingConfig.default_sharding_type = "{sharding}"')
     proc = run_trainer(nproc=2, bindings=bindings)
     assert f"{sharding}/fused" in proc.stdout  # the plan really is the one asked for
     one, two = train_losses(single_process_run), train_losses(tmp_path / "recommendation_v4" / "two")

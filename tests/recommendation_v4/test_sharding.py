@@ -2,7 +2,6 @@ import pytest
 
 from recommendation_v4.data import features as F
 from recommendation_v4.sharding import ShardingConfig, ShardingConfigError, table_constraints
-from recommendation_v4.task import linear_warmup
 
 TABLES = list(F.TABLE_FEATURES)
 
@@ -41,10 +40,3 @@ def test_cpu_forces_the_fused_kernel():
 def test_bad_overrides_name_the_table_and_the_problem(cfg, message):
     with pytest.raises(ShardingConfigError, match=message):
         table_constraints(table_names=TABLES, config=cfg, device_type="cpu")
-
-
-def test_linear_warmup_from_zero():
-    assert linear_warmup(0, base_lr=1.0, warmup_steps=4) == 0.25
-    assert linear_warmup(3, base_lr=1.0, warmup_steps=4) == 1.0
-    assert linear_warmup(100, base_lr=2.0, warmup_steps=4) == 2.0
-    assert linear_warmup(0, base_lr=2.0, warmup_steps=0) == 2.0

@@ -14,22 +14,22 @@ DEBUG_GIN = REPO / "recommendation_v4" / "configs" / "debug.gin"
 def tiny_bindings(*, data_root: pathlib.Path, output_root: pathlib.Path, run_name: str, max_steps: int) -> list[str]:
     """A few steps of a 1-layer, dropout-free model on the tiny dataset."""
     return [
-        f'DataConfig.data_root = "{data_root}"',
-        'DataConfig.dataset = "yambda-synthetic-tiny-seed0"',
-        "DataConfig.num_workers = 0",
-        "DataConfig.eval_max_samples = 256",
-        f'TrainConfig.output_root = "{output_root}"',
-        f'TrainConfig.run_name = "{run_name}"',
-        f"TrainConfig.max_steps = {max_steps}",
-        "TrainConfig.global_batch_size = 32",
-        "TrainConfig.eval_batch_size = 64",
-        "TrainConfig.eval_every_steps = 0",
-        "TrainConfig.log_every_steps = 1",
-        "TrainConfig.warmup_steps = 2",
-        'TrainConfig.model_overrides = {"num_layers": 1, "input_dropout": 0.0, "linear_dropout": 0.0}',
+        f'recommendation_v4.DataConfig.data_root = "{data_root}"',
+        'recommendation_v4.DataConfig.dataset = "yambda-synthetic-tiny-seed0"',
+        "recommendation_v4.DataConfig.num_workers = 0",
+        "recommendation_v4.DataConfig.test_day_max_samples = 256",
+        f'common.RunConfig.output_root = "{output_root}"',
+        f'common.RunConfig.run_name = "{run_name}"',
+        f"common.RunConfig.max_steps = {max_steps}",
+        "recommendation_v4.TrainConfig.global_batch_size = 32",
+        "recommendation_v4.TrainConfig.eval_batch_size = 64",
+        "recommendation_v4.TrainConfig.eval_every_steps = 0",
+        "common.RunConfig.log_every_steps = 1",
+        "recommendation_v4.TrainConfig.warmup_steps = 2",
+        'recommendation_v4.TrainConfig.model_overrides = {"num_layers": 1, "input_dropout": 0.0, "linear_dropout": 0.0}',
         # daily windows: the tiny dataset has five train days
-        "StreamingConfig.window_seconds = 86400",
-        "StreamingConfig.start_window = 0",
+        "recommendation_v4.StreamingConfig.window_seconds = 86400",
+        "recommendation_v4.StreamingConfig.start_window = 0",
     ]
 
 

@@ -1,5 +1,5 @@
 """A truncated JPEG and an annotation pointing at a missing file: a clear error naming the file, or,
-with RetinaNetDataConfig.skip_bad_files, a run that skips and counts them."""
+with retinanet.DataConfig.skip_bad_files, a run that skips and counts them."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def damaged_data_root(tiny_dataset_dir: Path, tmp_path_factory: pytest.TempPathF
 
 def _bindings(data_root: Path, out: Path, name: str) -> list[str]:
     return tiny_bindings(data_root=data_root, output_root=out, run_name=name, epochs=1) + [
-        "RetinaNetDataConfig.num_workers = 1"
+        "retinanet.DataConfig.num_workers = 1"
     ]
 
 
@@ -45,7 +45,7 @@ def test_a_bad_file_stops_the_run_with_its_name(damaged_data_root, tmp_path) -> 
 
 def test_skip_bad_files_trains_on_and_counts_them(damaged_data_root, tmp_path) -> None:
     root, bad = damaged_data_root
-    bindings = _bindings(root, tmp_path, "skipping") + ["RetinaNetDataConfig.skip_bad_files = True"]
+    bindings = _bindings(root, tmp_path, "skipping") + ["retinanet.DataConfig.skip_bad_files = True"]
     proc = run_trainer(nproc=1, bindings=bindings)
     summary = json.loads((tmp_path / "retinanet" / "skipping" / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["skipped_files"] == 2

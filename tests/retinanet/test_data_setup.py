@@ -9,9 +9,9 @@ import torch
 
 from common.config import ConfigError
 from common.distributed import DistInfo
-from retinanet.data_setup import dataset_dir_for, materialise, prepare_data
+from retinanet.data_setup import MissingDatasetError, dataset_dir_for, materialise, prepare_data
 from retinanet.model.flavors import FLAVORS
-from retinanet.run_config import RetinaNetDataConfig
+from retinanet.run_config import DataConfig as RetinaNetDataConfig
 
 SINGLE = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
 TINY_FLAVOR = dataclasses.replace(FLAVORS["tiny"], image_size=64)
@@ -34,8 +34,8 @@ def test_prepare_data_reads_both_splits_at_the_flavor_size(tiny_data_root: Path)
 def test_missing_real_dataset_says_where_it_looked_and_how_to_get_it(tmp_path: Path) -> None:
     config = RetinaNetDataConfig(data_root=str(tmp_path), dataset="openimages-mlperf", generate_if_missing=False)
     expected = dataset_dir_for(config) / "train" / "labels" / "openimages-mlperf.json"
-    with pytest.raises(ConfigError, match="download_dataset.sh") as caught:
-        materialise(config, is_main=True)
+    with pytest.raises(MissingDatasetError, match="download_dataset.sh") as caught:
+        materialise(config)
     assert str(expected) in str(caught.value)
     with pytest.raises(ConfigError, match="unknown synthetic size 'huge'"):
-        materialise(RetinaNetDataConfig(data_root=str(tmp_path), dataset="synthetic-huge-seed0"), is_main=True)
+        materialise(RetinaNetDataConfig(data_root=str(tmp_path), dataset="synthetic-huge-seed0"))

@@ -14,8 +14,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 def test_two_process_run_splits_batches_and_gathers_the_evaluation(tiny_data_root, tmp_path) -> None:
     bindings = tiny_bindings(data_root=tiny_data_root, output_root=tmp_path, run_name="ddp", epochs=2) + [
-        "RetinaNetTrainConfig.log_sample_ids = True",
-        "RetinaNetDataConfig.num_workers = 1",
+        "common.RunConfig.log_sample_ids = True",
+        "retinanet.DataConfig.num_workers = 1",
     ]
     proc = run_trainer(nproc=2, bindings=bindings)
     run_dir = tmp_path / "retinanet" / "ddp"

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +10,9 @@ import torch
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.evaluation import CocoDetectionEvaluator, detections_to_coco_rows
+from tests.trainer_process import torchrun_reports
 
 HERE = Path(__file__).parent
-REPO = HERE.parents[1]
 INPUT = 64  # side of the square model input the detections are expressed in
 
 
@@ -161,20 +158,7 @@ def test_bad_input_is_rejected(two_class_labels: Path, tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 def test_two_ranks_gather_detections_and_agree(tiny_dataset_dir: Path, tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(HERE / "evaluation_worker.py"),
-        str(tiny_dataset_dir),
-        str(tmp_path),
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    reports = torchrun_reports(HERE / "evaluation_worker.py", str(tiny_dataset_dir), out_dir=tmp_path)
     for report in reports:
         # Each rank held half the images; only the gathered whole scores 1.0.
         assert report["map"] == pytest.approx(1.0) and report["num_images"] == 16

@@ -1,17 +1,13 @@
-"""A short tiny training run: mAP rises above the untrained model's, and its mllog meets the 5.1.0 rules.
+"""A short tiny training run: mAP rises above the untrained model's, and its mllog follows the epochs.
 
 One run (40 epochs of 4 steps on the tiny split at 96 px, about a minute) is shared by the tests.
-The official checker (closed retinanet, ruleset 5.1.0) must fail exactly one rule: the quality
-target (some eval_accuracy in [0.34, 1.0)), which a minute of CPU training cannot reach.
+What the official checker says of this trainer's logs is in tests/common/test_trainer_lifecycle.py.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import re
-import subprocess
-import sys
 
 import pytest
 
@@ -28,10 +24,10 @@ def learning_run(tiny_data_root, tmp_path_factory) -> tuple[pathlib.Path, str]:
     out = tmp_path_factory.mktemp("learning")
     bindings = tiny_bindings(data_root=tiny_data_root, output_root=out, run_name="learn", epochs=EPOCHS, image_size=96)
     bindings += [
-        "RetinaNetTrainConfig.learning_rate = 2e-4",
-        "RetinaNetTrainConfig.warmup_epochs = 1.0",
-        "RetinaNetTrainConfig.eval_before_training = True",
-        "RetinaNetTrainConfig.log_every_steps = 40",
+        "retinanet.TrainConfig.learning_rate = 2e-4",
+        "retinanet.TrainConfig.warmup_epochs = 1.0",
+        "retinanet.TrainConfig.eval_before_training = True",
+        "common.RunConfig.log_every_steps = 40",
     ]
     proc = run_trainer(nproc=1, bindings=bindings)
     return out / "retinanet" / "learn", proc.stdout
@@ -82,26 +78,3 @@ def test_mllog_blocks_follow_the_epochs(learning_run) -> None:
     (stop,) = by_key["run_stop"]
     assert stop["metadata"] == {**stop["metadata"], "status": "aborted", "epoch_num": EPOCHS - 1}
     assert [e["key"] for e in events].index("run_start") < [e["key"] for e in events].index("epoch_start")
-
-
-def _check(log: pathlib.Path) -> tuple[int, set[tuple[str, str]]]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training", "--ruleset", "5.1.0",
-         str(log), "--log_output", str(log.parent / "compliance_checker.log")],
-        capture_output=True, text=True, timeout=120,
-    )
-    text = proc.stdout + proc.stderr
-    failures = set(re.findall(r"CHECK for '(\w+)' failed in line \d+:\n(?:.*\n)??failed test:\s*(.+?)\s*\n", text))
-    failures |= set(re.findall(r"Failed checks for (\w+) : (.+?)\s*\n", text))
-    failures |= {(key, "required once") for key in re.findall(r"Required EXACTLY_ONE occurrence of '(\w+)'", text)}
-    failures |= {(key, "required") for key in re.findall(r"Required AT_LEAST_ONE occurrence of '(\w+)'", text)}
-    return proc.returncode, failures
-
-
-def test_official_checker_fails_only_the_quality_target(learning_run) -> None:
-    run_dir, _ = learning_run
-    returncode, failures = _check(run_dir / "mllog.log")
-    assert returncode != 0
-    # The only failure: no evaluation reached the 0.34 mAP target. Everything else (the
-    # hyperparameters, the epoch blocks, the init/run bracketing) passes the closed rules.
-    assert failures == {("eval_accuracy", "v['value'] >= 0.340 and v['value'] < 1.0")}

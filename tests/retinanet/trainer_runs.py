@@ -22,18 +22,18 @@ def tiny_bindings(
 ) -> list[str]:
     """The tiny flavor (64 px by default) on the tiny synthetic dataset (32 train, 16 validation images)."""
     return [
-        f'RetinaNetDataConfig.data_root = "{data_root}"',
-        f'RetinaNetDataConfig.dataset = "{TINY_DATASET}"',
-        "RetinaNetDataConfig.num_workers = 0",
-        "RetinaNetDataConfig.batches_per_window = 0",
-        f'RetinaNetTrainConfig.model_overrides = {{"num_classes": 4, "image_size": {image_size}}}',
-        f'RetinaNetTrainConfig.output_root = "{output_root}"',
-        f'RetinaNetTrainConfig.run_name = "{run_name}"',
-        f"RetinaNetTrainConfig.epochs = {epochs}",
-        f"RetinaNetTrainConfig.global_batch_size = {global_batch_size}",
-        "RetinaNetTrainConfig.eval_batch_size = 8",
-        "RetinaNetTrainConfig.log_every_steps = 1",
-        "RetinaNetTrainConfig.eval_before_training = False",
+        f'retinanet.DataConfig.data_root = "{data_root}"',
+        f'retinanet.DataConfig.dataset = "{TINY_DATASET}"',
+        "retinanet.DataConfig.num_workers = 0",
+        "retinanet.DataConfig.batches_per_window = 0",
+        f'retinanet.TrainConfig.model_overrides = {{"num_classes": 4, "image_size": {image_size}}}',
+        f'common.RunConfig.output_root = "{output_root}"',
+        f'common.RunConfig.run_name = "{run_name}"',
+        f"retinanet.TrainConfig.epochs = {epochs}",
+        f"retinanet.TrainConfig.global_batch_size = {global_batch_size}",
+        "retinanet.TrainConfig.eval_batch_size = 8",
+        "common.RunConfig.log_every_steps = 1",
+        "retinanet.TrainConfig.eval_before_training = False",
     ]
 
 

@@ -5,27 +5,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retinanet.schedule import EpochSchedule, WarmupSchedule
+from common.epochs import EpochSchedule
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    num_images=st.integers(1, 300),
+    num_samples=st.integers(1, 300),
     local_batch=st.integers(1, 8),
     world_size=st.integers(1, 4),
     batches_per_window=st.integers(0, 7),
     epochs=st.integers(1, 3),
 )
 def test_each_epoch_is_a_disjoint_equal_split_of_whole_global_batches(
-    num_images: int, local_batch: int, world_size: int, batches_per_window: int, epochs: int
+    num_samples: int, local_batch: int, world_size: int, batches_per_window: int, epochs: int
 ) -> None:
     gbs = local_batch * world_size
-    if num_images < gbs:
+    if num_samples < gbs:
         with pytest.raises(ValueError, match="do not fill one global batch"):
-            EpochSchedule(num_images=num_images, global_batch_size=gbs, world_size=world_size, epochs=epochs)
+            EpochSchedule(num_samples=num_samples, global_batch_size=gbs, world_size=world_size, epochs=epochs)
         return
     schedule = EpochSchedule(
-        num_images=num_images,
+        num_samples=num_samples,
         global_batch_size=gbs,
         world_size=world_size,
         epochs=epochs,
@@ -44,14 +44,14 @@ def test_each_epoch_is_a_disjoint_equal_split_of_whole_global_batches(
         assert {len(batches) for batches in per_rank} == {schedule.batches_per_epoch}
         assert all(len(batch) == local_batch for batches in per_rank for batch in batches)
         seen = np.concatenate([batch for batches in per_rank for batch in batches])
-        assert len(np.unique(seen)) == len(seen) == schedule.batches_per_epoch * gbs  # no image twice
-        # indices address the epoch's augmentation: epoch * num_images + image
-        assert seen.min() >= epoch * num_images and seen.max() < (epoch + 1) * num_images
+        assert len(np.unique(seen)) == len(seen) == schedule.batches_per_epoch * gbs  # no sample twice
+        # indices address the epoch's augmentation: epoch * num_samples + sample
+        assert seen.min() >= epoch * num_samples and seen.max() < (epoch + 1) * num_samples
 
 
 def test_epochs_are_reshuffled_and_a_seed_replays_them() -> None:
     def first_batches(seed: int, epoch: int) -> np.ndarray:
-        s = EpochSchedule(num_images=64, global_batch_size=8, world_size=2, epochs=2, seed=seed)
+        s = EpochSchedule(num_samples=64, global_batch_size=8, world_size=2, epochs=2, seed=seed)
         return np.concatenate(s.window_batches(s.window_key(epoch=epoch, block=0), rank=0)) % 64
 
     assert np.array_equal(first_batches(5, 0), first_batches(5, 0))
@@ -61,25 +61,20 @@ def test_epochs_are_reshuffled_and_a_seed_replays_them() -> None:
 
 def test_windows_cut_an_epoch_into_blocks_and_the_mllog_position_is_the_epoch() -> None:
     # 103 images / 10 per batch = 10 batches; 4 per window -> windows of 4, 4, 2 batches
-    s = EpochSchedule(num_images=103, global_batch_size=10, world_size=2, epochs=2, batches_per_window=4)
+    s = EpochSchedule(num_samples=103, global_batch_size=10, world_size=2, epochs=2, batches_per_window=4)
     assert (s.batches_per_epoch, s.windows_per_epoch, s.total_steps) == (10, 3, 20)
     assert [len(s.window_batches(k, rank=1)) for k in s.keys()] == [4, 4, 2, 4, 4, 2]
-    assert [s.mllog_position(train_ts=k)["epoch_num"] for k in s.keys()] == [0, 0, 0, 1, 1, 1]
-    assert s.mllog_position(train_ts=None) == {"epoch_num": 0}
+    assert [s.epoch_position(k)["epoch_num"] for k in s.keys()] == [0, 0, 0, 1, 1, 1]
+    assert s.epoch_position(None) == {"epoch_num": 0}
     assert s.window_key(epoch=1, block=2) == 5
     with pytest.raises(ValueError, match="window 6 is not in this run"):
         s.window_batches(6, rank=0)
     with pytest.raises(ValueError, match="does not split evenly over 3 ranks"):
-        EpochSchedule(num_images=100, global_batch_size=10, world_size=3, epochs=1)
+        EpochSchedule(num_samples=100, global_batch_size=10, world_size=3, epochs=1)
 
 
-def test_warmup_is_linear_from_the_factor_then_flat() -> None:
-    schedule = WarmupSchedule.from_epochs(base_lr=1e-4, warmup_epochs=1, warmup_factor=1e-3, steps_per_epoch=4)
-    assert schedule.warmup_steps == 4
-    lrs = [schedule.lr_at(step) for step in range(6)]
-    expected = [1e-4 * (1e-3 * (1 - i / 4) + i / 4) for i in range(4)] + [1e-4, 1e-4]
-    assert lrs == pytest.approx(expected, rel=1e-12)
-    assert lrs[0] == pytest.approx(1e-7)
-    assert WarmupSchedule(base_lr=0.5, warmup_steps=0, warmup_factor=0.1).lr_at(0) == 0.5
-    with pytest.raises(ValueError, match="warmup_factor"):
-        WarmupSchedule(base_lr=1.0, warmup_steps=1, warmup_factor=0.0)
+def test_unshuffled_epochs_read_the_samples_in_order_on_every_epoch() -> None:
+    """FLUX.1's reference reads its data sequentially: each rank a contiguous share of each batch."""
+    s = EpochSchedule(num_samples=20, global_batch_size=4, world_size=2, epochs=2, seed=9, shuffle=False)
+    assert [b.tolist() for b in s.window_batches(0, rank=0)] == [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17]]
+    assert [b.tolist() for b in s.window_batches(1, rank=1)] == [[22, 23], [26, 27], [30, 31], [34, 35], [38, 39]]

@@ -1,0 +1,47 @@
+"""Collectives that make ranks agree, on 2 gloo ranks: rank 0's preparation and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.collectives import run_on_rank0
+from tests.trainer_process import torchrun_reports
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return torchrun_reports(HERE / "collectives_worker.py", out_dir=tmp_path_factory.mktemp("collectives"))
+
+
+@pytest.mark.multiprocess
+def test_rank0_preparation_shares_its_result_and_its_errors(reports):
+    rank0, rank1 = reports
+    assert rank0["ok"] == {"result": 42} and rank1["ok"] == {"result": None}
+    # a data error on rank 0 is the same error, with the same message, on every rank
+    for report in reports:
+        assert report["shared"] == {"error": "MissingData",
+                                    "message": "/data/x is missing: generate it with `python -m pkg.generate`"}
+        assert report["config"] == {"error": "ConfigError", "message": "pkg.DataConfig.dataset must be a name"}
+    # anything else: rank 0 raises its own error, the others learn that rank 0 failed (nobody waits)
+    assert rank0["unexpected"]["error"] == "KeyError"
+    assert rank1["unexpected"] == {"error": "Rank0Error", "message": "rank 0 failed: 'no such column'"}
+    assert rank0["sum"] == rank1["sum"] == 3
+    assert rank0["strings"] == rank1["strings"] == ["a", "b"]
+
+
+@pytest.mark.multiprocess
+def test_each_rank_draws_its_own_training_and_evaluation_streams(reports):
+    rank0, rank1 = reports
+    assert rank0["rank_draws"] != rank1["rank_draws"]
+    assert rank0["eval_draws"] != rank1["eval_draws"]
+    assert rank0["rank_draws"] != rank0["eval_draws"]
+
+
+def test_without_a_process_group_rank0_is_this_process():
+    assert run_on_rank0(lambda: "done") == "done"
+    with pytest.raises(ValueError, match="bad"):
+        run_on_rank0(lambda: (_ for _ in ()).throw(ValueError("bad")), shared_errors=(ValueError,))
