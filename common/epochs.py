@@ -5,8 +5,15 @@ A window is a block of consecutive global batches of one epoch; its key is
 epoch and block a checkpoint stands in. Each epoch is either a fresh seeded permutation of the
 samples (`shuffle=True`, RetinaNet) or the samples in order (`shuffle=False`: FLUX.1's reference
 reads its data sequentially), cut into whole global batches (the tail short of a batch is
-dropped, as a `drop_last=True` batch sampler does); every rank takes the same-sized contiguous
-share of each global batch, so all ranks run the same number of steps.
+dropped, as a `drop_last=True` batch sampler does). Every rank runs the same number of steps,
+with one of two layouts of a window's samples over the ranks:
+
+- `rank_slices="batch"`: each rank takes its contiguous share of every global batch, so what a
+  step trains depends on the global batch alone, not on the world size (1 and N ranks train the
+  same samples at every step);
+- `rank_slices="window"`: each rank reads its own contiguous slice of the window, in order, as
+  FLUX.1's reference gives every rank a contiguous chunk of the data (`split_dataset_by_node`);
+  a step then trains a different mix of samples for every world size.
 
 Indices handed to the data source are `epoch * num_samples + sample`: the source can key
 per-epoch augmentation on them without being told which epoch it is.
@@ -32,8 +39,11 @@ class EpochSchedule:
     batches_per_window: int = 0  # 0: one window per epoch
     seed: int = 0
     shuffle: bool = True
+    rank_slices: str = "batch"  # "batch" or "window", see the module docstring
 
     def __post_init__(self) -> None:
+        if self.rank_slices not in ("batch", "window"):
+            raise ValueError(f"rank_slices must be 'batch' or 'window', got {self.rank_slices!r}")
         if self.world_size < 1 or self.epochs < 1:
             raise ValueError(f"world_size and epochs must be >= 1, got {self.world_size} and {self.epochs}")
         if self.global_batch_size < 1 or self.global_batch_size % self.world_size:
@@ -100,8 +110,25 @@ class EpochSchedule:
         first = block * self.window_batches_count
         last = min(first + self.window_batches_count, self.batches_per_epoch)
         size = self.global_batch_size
+        if self.rank_slices == "window":
+            mine = rank_share(order[first * size : last * size], rank=rank, world_size=self.world_size)
+            local = self.local_batch_size
+            return [mine[i * local : (i + 1) * local] for i in range(last - first)]
         return [rank_share(order[b * size : (b + 1) * size], rank=rank, world_size=self.world_size) for b in range(first, last)]
 
     def epoch_position(self, window_key: int | None) -> dict[str, int]:
         """The mllog position of a point in the run: its epoch (0-based, as MLPerf logs it)."""
         return {"epoch_num": 0 if window_key is None else self.epoch_of(window_key)}
+
+
+class EpochIndexedSource:
+    """A data source for `EpochSchedule` indices that carry the epoch: sample = index % num_samples.
+
+    For sources with no per-epoch behaviour (RetinaNet's dataset reads the epoch for its flips and
+    takes the indices as they are)."""
+
+    def __init__(self, source, num_samples: int) -> None:
+        self.source, self.num_samples = source, num_samples
+
+    def get_batch(self, indices: np.ndarray):
+        return self.source.get_batch(np.asarray(indices, dtype=np.int64) % self.num_samples)

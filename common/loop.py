@@ -55,9 +55,10 @@ class StepOutput:
 
 @dataclasses.dataclass
 class EvalOutput:
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # all of them go to metrics.jsonl
     quality: float  # the benchmark's quality metric (AUC, mAP, ...)
     samples: int
+    shown: tuple[str, ...] | None = None  # the metrics of the [eval] line (None: all)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +347,7 @@ class TrainLoop:
             }
         )
         if self.is_main:
-            shown = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+            shown = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if result.shown is None or k in result.shown)
             print(f"[eval] step {self.progress.global_step}: {shown} ({result.samples} samples, {seconds:.1f}s)", flush=True)
         reached = self.config.reached(result.quality)
         if not reached and continues_at is not None:

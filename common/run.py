@@ -256,7 +256,7 @@ class _Run:
             result = plan.task.evaluate(EvalPoint(step=0, samples_seen=0, window_key=None, next_window_key=None))
         metrics.write({"step": 0, "samples": 0, "baseline": True, "eval_samples": result.samples, **result.metrics})
         progress.metrics["untrained_quality"] = result.quality
-        shown = " ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+        shown = " ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if result.shown is None or k in result.shown)
         self.say(f"[eval] untrained model: {shown} ({result.samples} samples, {time.perf_counter() - t0:.1f}s)")
 
     # ----------------------------------------------------------------- finish

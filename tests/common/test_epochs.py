@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.epochs import EpochSchedule
+from common.epochs import EpochIndexedSource, EpochSchedule
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,3 +78,24 @@ def test_unshuffled_epochs_read_the_samples_in_order_on_every_epoch() -> None:
     s = EpochSchedule(num_samples=20, global_batch_size=4, world_size=2, epochs=2, seed=9, shuffle=False)
     assert [b.tolist() for b in s.window_batches(0, rank=0)] == [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17]]
     assert [b.tolist() for b in s.window_batches(1, rank=1)] == [[22, 23], [26, 27], [30, 31], [34, 35], [38, 39]]
+
+
+def test_window_slices_give_each_rank_a_contiguous_run_of_the_window() -> None:
+    """The reference's layout: rank r reads its own contiguous part of a window, in order."""
+    s = EpochSchedule(num_samples=24, global_batch_size=4, world_size=2, epochs=1, batches_per_window=3,
+                      shuffle=False, rank_slices="window")
+    assert [b.tolist() for b in s.window_batches(0, rank=0)] == [[0, 1], [2, 3], [4, 5]]
+    assert [b.tolist() for b in s.window_batches(0, rank=1)] == [[6, 7], [8, 9], [10, 11]]
+    assert [b.tolist() for b in s.window_batches(1, rank=1)] == [[18, 19], [20, 21], [22, 23]]
+    with pytest.raises(ValueError, match="rank_slices"):
+        EpochSchedule(num_samples=24, global_batch_size=4, world_size=2, epochs=1, rank_slices="rank")
+
+
+def test_an_epoch_indexed_source_reads_the_sample_of_any_epoch() -> None:
+    class Echo:
+        def get_batch(self, indices):
+            return indices.tolist()
+
+    s = EpochSchedule(num_samples=10, global_batch_size=4, world_size=1, epochs=3, shuffle=False)
+    source = EpochIndexedSource(Echo(), s.num_samples)
+    assert source.get_batch(s.window_batches(2, rank=0)[1]) == [4, 5, 6, 7]  # epoch 2, batch 1

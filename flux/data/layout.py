@@ -1,0 +1,94 @@
+"""Where FLUX datasets live: the MLCommons download and the synthetic ones, under one data root.
+
+    <data_root>/flux/cc12m_preprocessed/        train split (1,099,776 rows, 4,762 shards)
+    <data_root>/flux/coco_preprocessed/         validation split (29,696 rows, 129 shards, + timestep)
+    <data_root>/flux/empty_encodings/           t5_empty.npy, clip_empty.npy
+    <data_root>/flux/synthetic-<size>-seed<N>/{train,validation,empty_encodings}/, generator.json
+
+The downloaded directory names are the ones the MLCommons R2 downloader creates (the last path
+component of each dataset URL) and the paths the reference trainer reads from /dataset.
+A dataset is named `mlcommons` (the download) or `synthetic-<size>-seed<N>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+BENCHMARK_DIRNAME = "flux"
+MLCOMMONS_DATASET = "mlcommons"
+
+DOWNLOADED_TRAIN_DIRNAME = "cc12m_preprocessed"
+DOWNLOADED_VALIDATION_DIRNAME = "coco_preprocessed"
+SYNTHETIC_TRAIN_DIRNAME = "train"
+SYNTHETIC_VALIDATION_DIRNAME = "validation"
+EMPTY_ENCODINGS_DIRNAME = "empty_encodings"
+# Written last by the generator: its presence means the synthetic dataset is complete.
+GENERATOR_INFO_FILE = "generator.json"
+
+REFERENCE_NUM_TRAIN = 1_099_776
+REFERENCE_NUM_VALIDATION = 29_696
+REFERENCE_NUM_TRAIN_SHARDS = 4_762
+REFERENCE_NUM_VALIDATION_SHARDS = 129
+NUM_EVAL_TIMESTEPS = 8  # validation sample i is scored at t = (i % 8) / 8
+
+_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPaths:
+    """The three directories of one FLUX dataset."""
+
+    train: Path
+    validation: Path
+    empty_encodings: Path
+
+
+def synthetic_dataset_name(size: str, seed: int) -> str:
+    name = f"synthetic-{size}-seed{seed}"
+    if seed < 0 or not _SYNTHETIC_NAME.match(name):
+        raise ValueError(f"bad synthetic dataset size/seed: size={size!r} seed={seed}")
+    return name
+
+
+def parse_synthetic_name(name: str) -> tuple[str, int] | None:
+    """(size, seed) of a `synthetic-<size>-seed<N>` name, None for any other name."""
+    match = _SYNTHETIC_NAME.match(name)
+    return (match["size"], int(match["seed"])) if match else None
+
+
+def dataset_dir(data_root: str | Path, name: str) -> Path:
+    """The directory holding dataset `name`'s three parts under `data_root`."""
+    if name == MLCOMMONS_DATASET:
+        return Path(data_root) / BENCHMARK_DIRNAME
+    if parse_synthetic_name(name) is None:
+        raise ValueError(f"FLUX dataset name {name!r} is neither {MLCOMMONS_DATASET!r} nor 'synthetic-<size>-seed<N>'")
+    return Path(data_root) / BENCHMARK_DIRNAME / name
+
+
+def synthetic_paths(directory: str | Path) -> DatasetPaths:
+    directory = Path(directory)
+    return DatasetPaths(
+        train=directory / SYNTHETIC_TRAIN_DIRNAME,
+        validation=directory / SYNTHETIC_VALIDATION_DIRNAME,
+        empty_encodings=directory / EMPTY_ENCODINGS_DIRNAME,
+    )
+
+
+def downloaded_paths(directory: str | Path) -> DatasetPaths:
+    directory = Path(directory)
+    return DatasetPaths(
+        train=directory / DOWNLOADED_TRAIN_DIRNAME,
+        validation=directory / DOWNLOADED_VALIDATION_DIRNAME,
+        empty_encodings=directory / EMPTY_ENCODINGS_DIRNAME,
+    )
+
+
+def dataset_paths(directory: str | Path) -> DatasetPaths:
+    """The parts of the dataset in `directory`, whichever naming it uses (download or synthetic)."""
+    if (Path(directory) / DOWNLOADED_TRAIN_DIRNAME).exists() or (
+        Path(directory) / DOWNLOADED_VALIDATION_DIRNAME
+    ).exists():
+        return downloaded_paths(directory)
+    return synthetic_paths(directory)

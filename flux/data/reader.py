@@ -1,0 +1,387 @@
+"""FluxArrowDataset: random access by global sample index into memory-mapped FLUX Arrow shards.
+
+Reads a `datasets` save_to_disk directory (the MLCommons download or our synthetic data alike)
+with pyarrow alone: each shard is memory-mapped and opened with `pa.ipc.open_stream`, which
+slices record batches out of the mapping without copying. Opening the dataset scans every shard
+once for its row count, schema and first-row npy headers, then unmaps it; `get_batch` re-maps
+shards lazily in whichever process calls it (a DataLoader worker after unpickling), keeps the
+most recent few, and copies each requested cell's payload straight from the mapping into one
+preallocated tensor per field. Only the requested rows' cells, the batch headers and Arrow's
+offset buffers are touched (tests/flux/data/test_page_touch.py checks this page by page).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from flux.data import hf_disk
+from flux.data.batch import FluxBatch, batch_buffer
+from flux.data.npy_codec import NpyHeader, is_bf16_bits, parse_npy_header
+from flux.data.schema import (
+    CLIP_COLUMN,
+    KEY_COLUMN,
+    LOGVAR_COLUMN,
+    MEAN_COLUMN,
+    T5_COLUMN,
+    TENSOR_COLUMNS,
+    TIMESTEP_COLUMN,
+    FluxDataError,
+    check_shard_schema,
+)
+from flux.data.shapes import FluxShapes
+
+_EXPECTED_RANK = {T5_COLUMN: 2, CLIP_COLUMN: 1, MEAN_COLUMN: 3, LOGVAR_COLUMN: 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class _CellFormat:
+    """The npy header every cell of a column carries (np.save writes identical bytes for one shape)."""
+
+    header: NpyHeader
+    header_bytes: bytes
+
+    @property
+    def cell_bytes(self) -> int:
+        return self.header.data_offset + self.header.payload_bytes
+
+
+def _map_file(path: Path, *, readahead: bool) -> pa.NativeFile:
+    """The whole file memory-mapped, read-only; with readahead=False the kernel reads only the
+    pages touched (MADV_RANDOM), instead of a read_ahead_kb window around each first touch."""
+    if readahead:
+        return pa.memory_map(str(path))
+    with open(path, "rb") as handle:
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapping.madvise(mmap.MADV_RANDOM)
+    return pa.BufferReader(pa.py_buffer(mapping))
+
+
+class _MappedShard:
+    """One shard's record batches, memory-mapped, with numpy views of each column's buffers."""
+
+    def __init__(self, path: Path, *, readahead: bool) -> None:
+        self.path = path
+        try:
+            self._file = _map_file(path, readahead=readahead)
+            reader = pa.ipc.open_stream(self._file)
+        except (pa.ArrowInvalid, OSError, ValueError) as error:  # mmap of an empty file is a ValueError
+            raise FluxDataError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt?): {error}") from None
+        self.has_timestep = check_shard_schema(reader.schema, path=path)
+        try:
+            batches = list(reader)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise FluxDataError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt?): {error}") from None
+        if not batches:
+            raise FluxDataError(f"{path}: Arrow stream holds no record batches")
+        self.batch_starts = np.cumsum([0] + [b.num_rows for b in batches], dtype=np.int64)
+        self.num_rows = int(self.batch_starts[-1])
+        # per record batch: column -> (offsets, values) views into the mapping
+        self.cells: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
+        self.timesteps: list[np.ndarray] = []
+        for batch in batches:
+            self.cells.append({name: self._binary_views(batch, name) for name in TENSOR_COLUMNS})
+            if self.has_timestep:
+                self.timesteps.append(self._integer_view(batch, TIMESTEP_COLUMN))
+        self._batches = batches
+
+    def _binary_views(self, batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
+        array = batch.column(name)
+        if array.null_count:
+            raise FluxDataError(f"{self.path}: column {name!r} has {array.null_count} null cell(s)")
+        _, offsets_buffer, values_buffer = array.buffers()
+        offset_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+        offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[array.offset : array.offset + len(array) + 1]
+        values = np.frombuffer(values_buffer, dtype=np.uint8) if values_buffer is not None else np.zeros(0, np.uint8)
+        return offsets, values
+
+    def _integer_view(self, batch: pa.RecordBatch, name: str) -> np.ndarray:
+        array = batch.column(name)
+        if array.null_count:
+            raise FluxDataError(f"{self.path}: column {name!r} has {array.null_count} null cell(s)")
+        dtype = np.dtype(array.type.to_pandas_dtype())
+        return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + len(array)]
+
+    def locate(self, row: int) -> tuple[int, int]:
+        if len(self.batch_starts) == 2:
+            return 0, row
+        batch = int(np.searchsorted(self.batch_starts, row, side="right")) - 1
+        return batch, row - int(self.batch_starts[batch])
+
+    def cell(self, column: str, row: int) -> np.ndarray:
+        batch, local = self.locate(row)
+        offsets, values = self.cells[batch][column]
+        return values[offsets[local] : offsets[local + 1]]
+
+    def timestep(self, row: int) -> int:
+        batch, local = self.locate(row)
+        return int(self.timesteps[batch][local])
+
+    def key(self, row: int) -> str:
+        batch, local = self.locate(row)
+        return self._batches[batch].column(KEY_COLUMN)[local].as_py()
+
+    def cell_format(self, column: str, row: int) -> _CellFormat:
+        blob = self.cell(column, row)
+        try:
+            header = parse_npy_header(blob)
+        except ValueError as error:
+            raise FluxDataError(f"{self.path}: column {column!r} row {row}: {error}") from None
+        if not is_bf16_bits(header):
+            raise FluxDataError(
+                f"{self.path}: column {column!r} row {row}: npy dtype {header.dtype.str} "
+                f"(fortran_order={header.fortran_order}), expected bf16 stored as uint16 ('<u2', C order)"
+            )
+        if len(blob) != header.data_offset + header.payload_bytes:
+            raise FluxDataError(
+                f"{self.path}: column {column!r} row {row}: cell has {len(blob)} bytes, its npy header "
+                f"{list(header.shape)} needs {header.data_offset + header.payload_bytes}"
+            )
+        return _CellFormat(header=header, header_bytes=bytes(blob[: header.data_offset]))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Index:
+    shard_paths: tuple[Path, ...]
+    shard_starts: np.ndarray  # int64 [num_shards + 1]: global index of each shard's first row
+    formats: dict[str, _CellFormat]
+    has_timestep: bool
+    shapes: FluxShapes
+
+
+def _shapes_from_formats(formats: dict[str, _CellFormat], *, where: Path) -> FluxShapes:
+    for column, rank in _EXPECTED_RANK.items():
+        shape = formats[column].header.shape
+        if len(shape) != rank:
+            raise FluxDataError(f"{where}: column {column!r} holds shape {list(shape)}, expected a rank-{rank} tensor")
+    if formats[MEAN_COLUMN].header.shape != formats[LOGVAR_COLUMN].header.shape:
+        raise FluxDataError(
+            f"{where}: column 'mean' has shape {list(formats[MEAN_COLUMN].header.shape)} but 'logvar' has "
+            f"{list(formats[LOGVAR_COLUMN].header.shape)}"
+        )
+    (length, width), (clip,) = formats[T5_COLUMN].header.shape, formats[CLIP_COLUMN].header.shape
+    channels, height, latent_width = formats[MEAN_COLUMN].header.shape
+    return FluxShapes(
+        t5_length=length,
+        t5_dim=width,
+        clip_dim=clip,
+        latent_channels=channels,
+        latent_height=height,
+        latent_width=latent_width,
+    )
+
+
+def _build_index(split_dir: Path, *, expect: FluxShapes | None) -> _Index:
+    paths = hf_disk.read_shard_paths(split_dir)
+    counts: list[int] = []
+    formats: dict[str, _CellFormat] = {}
+    has_timestep: bool | None = None
+    for path in paths:
+        # no readahead: the scan reads each record batch header and one npy header per column,
+        # a few pages a shard, not read_ahead_kb (8 MB on some machines) around each of them
+        shard = _MappedShard(path, readahead=False)
+        if has_timestep is None:
+            has_timestep = shard.has_timestep
+        elif shard.has_timestep != has_timestep:
+            raise FluxDataError(
+                f"{path}: {'has' if shard.has_timestep else 'lacks'} the {TIMESTEP_COLUMN!r} column, unlike {paths[0]}"
+            )
+        if shard.num_rows:
+            for column in TENSOR_COLUMNS:
+                found = shard.cell_format(column, 0)
+                first = formats.setdefault(column, found)
+                if found.header.shape != first.header.shape:
+                    raise FluxDataError(
+                        f"{path}: column {column!r} holds shape {list(found.header.shape)}, but {paths[0]} "
+                        f"holds {list(first.header.shape)}"
+                    )
+        counts.append(shard.num_rows)
+        del shard  # unmapped again; workers map what they read
+    if not formats:
+        raise FluxDataError(f"{split_dir}: every shard is empty")
+    shapes = _shapes_from_formats(formats, where=paths[0])
+    if expect is not None and shapes != expect:
+        raise FluxDataError(f"{split_dir}: samples are {shapes.describe()}, expected {expect.describe()}")
+    declared = hf_disk.declared_num_rows(split_dir)
+    if declared is not None and declared != sum(counts):
+        raise FluxDataError(
+            f"{split_dir / hf_disk.DATASET_INFO_FILE}: declares {declared} rows but the shards hold {sum(counts)}"
+        )
+    return _Index(
+        shard_paths=tuple(paths),
+        shard_starts=np.cumsum([0, *counts], dtype=np.int64),
+        formats=formats,
+        has_timestep=bool(has_timestep),
+        shapes=shapes,
+    )
+
+
+class FluxArrowDataset:
+    """One split (train or validation) of preprocessed FLUX samples, indexed 0..len-1 across shards.
+
+    `expect` fails the open if the samples have other shapes. `readahead` keeps the kernel's
+    readahead on the data mappings (right for the reference's in-order reading, and what
+    `datasets` does); turn it off for scattered reads, where it would fetch bytes nobody uses.
+    Picklable: the shard mappings of one process are never sent to another.
+    """
+
+    def __init__(
+        self,
+        split_dir: str | Path,
+        *,
+        expect: FluxShapes | None = None,
+        max_open_shards: int = 16,
+        readahead: bool = True,
+    ) -> None:
+        if max_open_shards < 1:
+            raise ValueError(f"max_open_shards must be >= 1, got {max_open_shards}")
+        self.split_dir = Path(split_dir)
+        self.max_open_shards = max_open_shards
+        self.readahead = readahead
+        self._index = _build_index(self.split_dir, expect=expect)
+        self._open: collections.OrderedDict[int, _MappedShard] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    # -- what the dataset is -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._index.shard_starts[-1])
+
+    @property
+    def shapes(self) -> FluxShapes:
+        return self._index.shapes
+
+    @property
+    def has_timestep(self) -> bool:
+        return self._index.has_timestep
+
+    @property
+    def shard_paths(self) -> tuple[Path, ...]:
+        return self._index.shard_paths
+
+    @property
+    def shard_row_counts(self) -> np.ndarray:
+        return np.diff(self._index.shard_starts)
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, row within shard) of each global sample index."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            bad = indices[(indices < 0) | (indices >= len(self))][0]
+            raise IndexError(f"sample index {int(bad)} is outside {self.split_dir} (0..{len(self) - 1})")
+        shards = np.searchsorted(self._index.shard_starts, indices, side="right") - 1
+        return shards, indices - self._index.shard_starts[shards]
+
+    # -- reading -------------------------------------------------------------------------------
+    def _shard(self, shard: int) -> _MappedShard:
+        if self._pid != os.getpid():  # forked: the parent's mappings and lock are not ours to use
+            self._lock = threading.Lock()
+            self._open = collections.OrderedDict()
+            self._pid = os.getpid()
+        # common.streaming prepares the next window's first batch on a background thread while
+        # the loop reads the current one, so two threads may get here at once
+        with self._lock:
+            mapped = self._open.get(shard)
+            if mapped is None:
+                mapped = _MappedShard(self._index.shard_paths[shard], readahead=self.readahead)
+                expected = int(self._index.shard_starts[shard + 1] - self._index.shard_starts[shard])
+                if mapped.num_rows != expected or mapped.has_timestep != self.has_timestep:
+                    raise FluxDataError(
+                        f"{mapped.path}: changed since the dataset was opened "
+                        f"({mapped.num_rows} rows, expected {expected})"
+                    )
+                self._open[shard] = mapped
+                while len(self._open) > self.max_open_shards:
+                    self._open.popitem(last=False)  # a thread still reading it keeps it mapped
+            else:
+                self._open.move_to_end(shard)
+            return mapped
+
+    def _copy_cell(self, mapped: _MappedShard, column: str, row: int, destination: np.ndarray) -> int:
+        cell_format = self._index.formats[column]
+        blob = mapped.cell(column, row)
+        offset = cell_format.header.data_offset
+        if len(blob) != cell_format.cell_bytes or bytes(blob[:offset]) != cell_format.header_bytes:
+            found = mapped.cell_format(column, row)  # raises on a broken cell
+            if found.header.shape != cell_format.header.shape:
+                raise FluxDataError(
+                    f"{mapped.path}: column {column!r} row {row}: shape {list(found.header.shape)}, the dataset's "
+                    f"samples are {list(cell_format.header.shape)}"
+                )
+            offset = found.header.data_offset  # same array, differently padded header
+        np.copyto(destination, blob[offset:].view(np.int16))
+        return len(blob)
+
+    def get_batch(self, indices: np.ndarray) -> FluxBatch:
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        shards, rows = self.locate(indices)
+        size = len(indices)
+        shapes = self.shapes
+        tensors = {
+            T5_COLUMN: batch_buffer((size, *shapes.t5_shape), torch.bfloat16),
+            CLIP_COLUMN: batch_buffer((size, *shapes.clip_shape), torch.bfloat16),
+            MEAN_COLUMN: batch_buffer((size, *shapes.latent_shape), torch.bfloat16),
+            LOGVAR_COLUMN: batch_buffer((size, *shapes.latent_shape), torch.bfloat16),
+        }
+        # int16 numpy views of the bf16 tensors: the copy moves bit patterns, never converts
+        flat = {name: tensor.view(torch.int16).numpy().reshape(size, -1) for name, tensor in tensors.items()}
+        timestep = batch_buffer((size,), torch.int64) if self.has_timestep else None
+        num_bytes = 0
+        for slot, (shard, row) in enumerate(zip(shards.tolist(), rows.tolist(), strict=False)):
+            mapped = self._shard(shard)
+            for column in TENSOR_COLUMNS:
+                num_bytes += self._copy_cell(mapped, column, row, flat[column][slot])
+            if timestep is not None:
+                timestep[slot] = mapped.timestep(row)
+        sample_ids = batch_buffer((size,), torch.int64)
+        sample_ids.copy_(torch.from_numpy(indices))
+        return FluxBatch(
+            t5=tensors[T5_COLUMN],
+            clip=tensors[CLIP_COLUMN],
+            mean=tensors[MEAN_COLUMN],
+            logvar=tensors[LOGVAR_COLUMN],
+            timestep=timestep,
+            sample_ids=sample_ids,
+            num_bytes=num_bytes,
+        )
+
+    def key(self, index: int) -> str:
+        """The `__key__` of sample `index` (webdataset key or image id)."""
+        (shard,), (row,) = self.locate(np.array([index]))
+        return self._shard(int(shard)).key(int(row))
+
+    def timesteps(self) -> np.ndarray:
+        """int64 [len]: every sample's `timestep` (validation data); reads only that column."""
+        if not self.has_timestep:
+            raise FluxDataError(f"{self.split_dir}: has no {TIMESTEP_COLUMN!r} column")
+        values = []
+        for shard in range(len(self._index.shard_paths)):
+            mapped = self._shard(shard)
+            values.extend(np.asarray(part, dtype=np.int64) for part in mapped.timesteps)
+        return np.concatenate(values)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_open", "_lock", "_pid"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()

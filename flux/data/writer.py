@@ -1,0 +1,143 @@
+"""SplitWriter: writes one split in the exact published layout, a row at a time.
+
+Rows go to `data-XXXXX-of-NNNNN.arrow` shards sized like `datasets` sizes them; a shard holds
+one or more Arrow record batches (at most `batch_bytes` of cells each, so writing reference-size
+samples never buffers a whole 480 MB shard). The split is assembled in `<split_dir>.partial/` and
+renamed into place when `close()` has written `dataset_info.json` and `state.json`, so a split
+directory that exists is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from flux.data import hf_disk
+from flux.data.npy_codec import encode_bf16_npy
+from flux.data.schema import KEY_COLUMN, TENSOR_COLUMNS, TIMESTEP_COLUMN, arrow_schema, hf_features
+
+DEFAULT_BATCH_BYTES = 64 << 20
+REFERENCE_ROWS_PER_SHARD = 231  # 1,099,776 CC12M rows in 4,762 shards
+
+
+class SplitWriter:
+    """Writes `num_rows` rows into `split_dir`, cut into shards of about `rows_per_shard` rows."""
+
+    def __init__(
+        self,
+        split_dir: str | Path,
+        *,
+        num_rows: int,
+        rows_per_shard: int = REFERENCE_ROWS_PER_SHARD,
+        with_timestep: bool,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        fingerprint_seed: str = "",
+        overwrite: bool = False,
+    ) -> None:
+        if num_rows < 1 or rows_per_shard < 1:
+            raise ValueError(f"num_rows and rows_per_shard must be >= 1, got {num_rows}, {rows_per_shard}")
+        self.split_dir = Path(split_dir)
+        if self.split_dir.exists() and not overwrite:
+            raise FileExistsError(f"{self.split_dir} exists; pass overwrite=True to replace it")
+        self.num_rows = num_rows
+        self.with_timestep = with_timestep
+        self.batch_bytes = batch_bytes
+        self.schema = arrow_schema(with_timestep=with_timestep)
+        num_shards = -(-num_rows // rows_per_shard)
+        self.shard_rows = hf_disk.shard_row_counts(num_rows, num_shards)
+        self.shard_names = [hf_disk.shard_file_name(i, num_shards) for i in range(num_shards)]
+        self._partial = self.split_dir.with_name(self.split_dir.name + ".partial")
+        shutil.rmtree(self._partial, ignore_errors=True)
+        self._partial.mkdir(parents=True)
+        self._fingerprint = hashlib.blake2b(fingerprint_seed.encode(), digest_size=8)
+        self._overwrite = overwrite
+        self._rows_written = 0
+        self._shard = -1
+        self._rows_in_shard = 0
+        self._sink: pa.OSFile | None = None
+        self._stream: pa.ipc.RecordBatchStreamWriter | None = None
+        self._pending: dict[str, list] = {}
+        self._pending_bytes = 0
+
+    def append(
+        self,
+        *,
+        key: str,
+        t5: torch.Tensor | np.ndarray,
+        clip: torch.Tensor | np.ndarray,
+        mean: torch.Tensor | np.ndarray,
+        logvar: torch.Tensor | np.ndarray,
+        timestep: int | None = None,
+    ) -> None:
+        """Adds one row; float tensors are rounded to bf16, uint16 arrays are taken as bf16 bits."""
+        if self._rows_written >= self.num_rows:
+            raise ValueError(f"{self.split_dir}: all {self.num_rows} rows are written already")
+        if (timestep is None) == self.with_timestep:
+            raise ValueError(f"{self.split_dir}: timestep must be {'given' if self.with_timestep else 'None'}")
+        if self._stream is None:
+            self._open_next_shard()
+        cells = dict(zip(TENSOR_COLUMNS, (encode_bf16_npy(x) for x in (t5, clip, mean, logvar)), strict=False))
+        self._pending.setdefault(KEY_COLUMN, []).append(key)
+        for name, blob in cells.items():
+            self._pending.setdefault(name, []).append(blob)
+            self._pending_bytes += len(blob)
+        if self.with_timestep:
+            self._pending.setdefault(TIMESTEP_COLUMN, []).append(int(timestep))
+        self._rows_written += 1
+        self._rows_in_shard += 1
+        if self._rows_in_shard == self.shard_rows[self._shard]:
+            self._close_shard()
+        elif self._pending_bytes >= self.batch_bytes:
+            self._flush()
+
+    def _open_next_shard(self) -> None:
+        self._shard += 1
+        self._rows_in_shard = 0
+        self._sink = pa.OSFile(str(self._partial / self.shard_names[self._shard]), "wb")
+        self._stream = pa.ipc.new_stream(self._sink, self.schema)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        columns = [pa.array(self._pending[field.name], type=field.type) for field in self.schema]
+        self._stream.write_batch(pa.record_batch(columns, schema=self.schema))
+        self._pending = {}
+        self._pending_bytes = 0
+
+    def _close_shard(self) -> None:
+        self._flush()
+        self._stream.close()
+        self._sink.close()
+        self._fingerprint.update(self.shard_names[self._shard].encode())
+        self._stream = self._sink = None
+
+    def close(self) -> Path:
+        """Writes the JSON files and moves the finished split into place."""
+        if self._rows_written != self.num_rows:
+            raise ValueError(f"{self.split_dir}: {self._rows_written} of {self.num_rows} rows written")
+        hf_disk.write_dataset_info(self._partial, features=hf_features(self.schema), num_rows=self.num_rows)
+        hf_disk.write_state(self._partial, shard_names=self.shard_names, fingerprint=self._fingerprint.hexdigest())
+        if self.split_dir.exists() and self._overwrite:
+            shutil.rmtree(self.split_dir)
+        os.replace(self._partial, self.split_dir)
+        return self.split_dir
+
+    def abort(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+        shutil.rmtree(self._partial, ignore_errors=True)
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

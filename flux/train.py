@@ -1,0 +1,117 @@
+"""Train FLUX.1 (MMDiT, rectified flow) on preprocessed T5/CLIP/VAE shards (generated or downloaded).
+
+    python -m flux.train --gin_config flux/configs/debug.gin
+    torchrun --nproc_per_node=2 -m flux.train --gin_config flux/configs/debug.gin
+
+The build reads top to bottom: data -> model (shared seed) -> FSDP2 (or DDP) -> AdamW with a
+linear warm-up -> task, which validates on the step grid the rules derive from the global batch;
+common.run does the rest (run directory, MLPerf log, resume, the windowed loop, checkpoints,
+the compliance check, the summary).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from common import run
+from common.config import ConfigError
+from common.epochs import EpochIndexedSource, EpochSchedule
+from common.loop import LoopConfig, LoopResult
+from common.schedules import LinearWarmup
+from common.streaming import StreamingLoader
+from flux.data.schema import FluxDataError
+from flux.data_setup import prepare_data, validation_batches
+from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
+from flux.parallel import build_parallel_model
+from flux.run_config import FluxConfigs
+from flux.task import FluxTask
+
+
+def build(ctx: run.RunContext) -> run.TrainingPlan:
+    c: FluxConfigs = ctx.configs
+    cfg, info = c.train, ctx.info
+    args = cfg.model()
+
+    data = prepare_data(config=c.data, args=args, flavor=cfg.flavor)
+    ctx.say(f"[data] {data.describe()}")
+    try:
+        schedule = EpochSchedule(num_samples=len(data.train), global_batch_size=cfg.global_batch_size,
+                                 world_size=info.world_size, epochs=cfg.epochs, batches_per_window=c.data.batches_per_window,
+                                 seed=ctx.seed, shuffle=False, rank_slices=c.data.rank_slices)
+    except ValueError as err:
+        raise ConfigError(f"flux.TrainConfig / flux.DataConfig: {err}") from err
+
+    model = build_parallel_model(args=args, info=info, parallelism=cfg.parallelism, dp_replicate=cfg.dp_replicate,
+                                 bf16=cfg.bf16, activation_checkpointing=cfg.activation_checkpointing,
+                                 seed_shared=ctx.seed_shared)
+    parameters = sum(p.numel() for p in model.module.parameters())  # DTensors count their global size
+    ctx.say(f"[model] {cfg.flavor}: {parameters:,} parameters, {cfg.parallelism} over {info.world_size} "
+            f"rank(s){', bf16' if cfg.bf16 else ''}{', activation checkpointing' if cfg.activation_checkpointing else ''}")
+    # one group over every parameter, weight decay included, as the reference
+    optimizer = torch.optim.AdamW(model.module.parameters(), lr=cfg.learning_rate, betas=tuple(cfg.adamw_betas),
+                                  eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
+                                  fused=info.device.type == "cuda" or None)
+
+    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)), build_window=lambda key: schedule.window_batches(key, rank=info.rank),
+                                   num_workers=c.data.num_workers, seed=ctx.seed)
+    eval_count = min(len(data.validation), c.data.validation_max_samples or len(data.validation))
+    mine = validation_batches(count=eval_count, info=info, batch_size=cfg.eval_batch_size)
+    eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
+                                  num_workers=c.data.eval_num_workers, seed=ctx.seed)
+    task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
+                    device=info.device, eval_batches=lambda at: eval_loader.iterate(at.step, next_key=None))
+    every = cfg.eval_every_steps()
+
+    def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
+        last = result.last_eval.metrics if result.last_eval else {}
+        extra = {"final_eval_loss": last.get("eval_loss"), "untrained_eval_loss": untrained,
+                 "unconditional_eval_loss": last.get("unconditional_eval_loss")}
+        if extra["final_eval_loss"] is None:
+            return extra, None
+        parts = [f"[done] validation loss {extra['final_eval_loss']:.4f}"]
+        if untrained is not None:
+            parts.append(f"untrained model {untrained:.4f}")
+        if extra["unconditional_eval_loss"] is not None:
+            parts.append(f"same model with the empty prompt {extra['unconditional_eval_loss']:.4f}")
+        return extra, ", ".join(parts) + f"; {result.progress.global_step} steps, {result.progress.samples_seen:,} samples"
+
+    return run.TrainingPlan(
+        task=task,
+        loader=train_loader,
+        windows=schedule.keys(),
+        loop=LoopConfig(eval_every_steps=every, target_quality=cfg.target_eval_loss, higher_is_better=False),
+        hyperparameters=mllog_hyperparameters(cfg=cfg, world_size=info.world_size, train_samples=schedule.num_samples,
+                                              eval_samples=eval_count, seed=ctx.seed, config_file=ctx.config_file, parallelism=cfg.parallelism),
+        lr_schedule=LinearWarmup(base_lr=cfg.learning_rate, warmup_steps=cfg.warmup_steps),
+        dataset=c.data.dataset,
+        reference_data=c.data.dataset == "mlcommons",
+        schedule_line=(f"[schedule] {cfg.epochs} epoch(s) x {schedule.batches_per_epoch} steps of {cfg.global_batch_size} "
+                       f"samples in {schedule.windows_per_epoch} window(s) per epoch; validation every {every} steps "
+                       f"({every * cfg.global_batch_size:,} samples) on {len(mine)} batch(es) per rank; target "
+                       f"{cfg.target_eval_loss} (lower is better)"),
+        summarize=summarize,
+        evaluate_untrained=True,
+        closeables=[eval_loader],
+    )
+
+
+BENCHMARK = run.Benchmark(
+    package="flux",
+    mlperf_name="flux1",
+    ruleset="6.1.0",
+    reference_config="flux_schnell.gin",
+    read_configs=FluxConfigs.read,
+    build=build,
+    data_errors=(FluxDataError,),
+    rules=COMPLIANCE_RULES,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run.main(BENCHMARK, argv, doc=__doc__)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Interoperability with Hugging Face `datasets`, both ways: it loads our shards, we load its."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flux.data.reader import FluxArrowDataset
+from tests.flux.data.shard_files import bf16_cell, random_bf16
+
+datasets = pytest.importorskip("datasets", reason="Hugging Face `datasets` is not installed (pip install -e .[test])")
+
+
+def _decode(cell: bytes) -> torch.Tensor:
+    """The reference's own decoding (torchtitan `deserialize_numpy_array`)."""
+    return torch.from_numpy(np.load(io.BytesIO(cell))).view(torch.bfloat16)
+
+
+def test_datasets_loads_our_synthetic_shards(tiny_dataset_dir: Path) -> None:
+    split = tiny_dataset_dir / "validation"
+    loaded = datasets.load_from_disk(str(split))
+    ours = FluxArrowDataset(split)
+    assert loaded.num_rows == len(ours) == 64
+    assert loaded.column_names == ["__key__", "t5_encodings", "clip_encodings", "mean", "logvar", "timestep"]
+    assert loaded.features["t5_encodings"].dtype == "binary" and loaded.features["timestep"].dtype == "int32"
+    indices = np.array([0, 13, 31, 32, 63])  # both shards
+    batch = ours.get_batch(indices)
+    for slot, index in enumerate(indices.tolist()):
+        row = loaded[index]
+        assert row["__key__"] == ours.key(index)
+        assert row["timestep"] == int(batch.timestep[slot]) == index % 8
+        for column, field in (
+            ("t5_encodings", "t5"),
+            ("clip_encodings", "clip"),
+            ("mean", "mean"),
+            ("logvar", "logvar"),
+        ):
+            assert torch.equal(_decode(row[column]).view(torch.int16), getattr(batch, field)[slot].view(torch.int16))
+
+
+def test_we_load_what_datasets_save_to_disk_writes(tmp_path: Path) -> None:
+    generator = torch.Generator().manual_seed(3)
+    tensors = {
+        name: [random_bf16(shape, generator=generator) for _ in range(7)]
+        for name, shape in (
+            ("t5_encodings", (5, 8)),
+            ("clip_encodings", (4,)),
+            ("mean", (16, 2, 2)),
+            ("logvar", (16, 2, 2)),
+        )
+    }
+    table = {
+        "__key__": [f"{i}" for i in range(7)],
+        **{k: [bf16_cell(t) for t in v] for k, v in tensors.items()},
+        "timestep": list(range(7)),
+    }
+    features = datasets.Features(
+        {
+            "__key__": datasets.Value("string"),
+            **{name: datasets.Value("binary") for name in tensors},
+            "timestep": datasets.Value("int32"),
+        }
+    )
+    out = tmp_path / "coco_preprocessed"
+    datasets.Dataset.from_dict(table, features=features).save_to_disk(str(out), num_shards=3)
+    assert sorted(p.name for p in out.glob("*.arrow")) == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
+
+    ours = FluxArrowDataset(out)
+    assert len(ours) == 7 and ours.shard_row_counts.tolist() == [3, 2, 2] and ours.has_timestep
+    batch = ours.get_batch(np.arange(7)[::-1].copy())
+    for slot, index in enumerate(range(6, -1, -1)):
+        assert torch.equal(batch.t5[slot].view(torch.int16), tensors["t5_encodings"][index].view(torch.int16))
+        assert torch.equal(batch.logvar[slot].view(torch.int16), tensors["logvar"][index].view(torch.int16))
+    assert batch.timestep.tolist() == list(range(6, -1, -1))

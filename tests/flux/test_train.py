@@ -1,0 +1,47 @@
+"""A short FLUX.1 run through two epochs of the tiny data: the reference's in-order reading,
+epoch after epoch, a validation loss that falls below the untrained model's, and the mllog."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.metrics_log import read_metrics
+from tests.trainer_process import REPO, run_command, trainer_command
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_epochs_in_order_and_the_validation_loss_falls(flux_data_root, tmp_path):
+    bindings = [
+        f'flux.DataConfig.data_root = "{flux_data_root}"',
+        'flux.DataConfig.dataset = "synthetic-tiny-seed0"',
+        "flux.DataConfig.batches_per_window = 3",
+        'flux.TrainConfig.flavor = "flux-tiny"',
+        "flux.TrainConfig.global_batch_size = 64",  # 512 train samples: 8 steps an epoch
+        "flux.TrainConfig.epochs = 2",
+        "flux.TrainConfig.learning_rate = 3e-3",
+        "flux.TrainConfig.eval_every_samples = 512",  # once an epoch
+        f'common.RunConfig.output_root = "{tmp_path}"',
+        'common.RunConfig.run_name = "epochs"',
+        "common.RunConfig.log_sample_ids = True",
+    ]
+    proc = run_command(trainer_command(package="flux", gin_file=REPO / "flux" / "configs" / "debug.gin", nproc=1,
+                                       bindings=bindings), timeout=600)
+    run_dir = tmp_path / "flux" / "epochs"
+    ids = [json.loads(line)["ids"] for line in (run_dir / "sample_ids_rank0.jsonl").read_text().splitlines()]
+    assert len(ids) == 16 and ids[0] == list(range(64))
+    assert ids[8] == ids[0] and [i for batch in ids[:8] for i in batch] == list(range(512))  # in order, every epoch
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval_loss" in r]
+    assert [r["step"] for r in evals] == [0, 8, 16] and evals[0]["baseline"]
+    assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["untrained_eval_loss"] == evals[0]["eval_loss"] and summary["final_eval_loss"] == evals[-1]["eval_loss"]
+    assert "[done] validation loss" in proc.stdout and "same model with the empty prompt" in proc.stdout
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in (run_dir / "mllog.log").read_text().splitlines()]
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert [e["metadata"]["samples_count"] for e in accuracy] == [512, 1024]
+    assert [e["value"] for e in accuracy] == [r["eval_loss"] for r in evals[1:]]  # the loss itself, never negated
+    frequency = next(e["value"] for e in events if e["key"] == "evaluation_frequency")
+    assert frequency == 512
