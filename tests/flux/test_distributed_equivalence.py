@@ -19,13 +19,15 @@ STEPS = 6
 DEBUG_GIN = REPO / "flux" / "configs" / "debug.gin"
 
 
-def _run(*, nproc: int, data_root: pathlib.Path, out: pathlib.Path, name: str, parallelism: str) -> pathlib.Path:
+def _run(*, nproc: int, data_root: pathlib.Path, out: pathlib.Path, name: str, parallelism: str,
+         dp_replicate: int = 1) -> pathlib.Path:
     bindings = [
         f'flux.DataConfig.data_root = "{data_root}"',
         'flux.DataConfig.dataset = "synthetic-tiny-seed0"',
         "flux.DataConfig.num_workers = 0",
         'flux.TrainConfig.flavor = "flux-tiny"',
         f'flux.TrainConfig.parallelism = "{parallelism}"',
+        f"flux.TrainConfig.dp_replicate = {dp_replicate}",
         "flux.TrainConfig.global_batch_size = 16",
         "flux.TrainConfig.eval_every_samples = 48",  # every 3 steps
         "flux.TrainConfig.eval_unconditional = False",
@@ -39,10 +41,12 @@ def _run(*, nproc: int, data_root: pathlib.Path, out: pathlib.Path, name: str, p
     return out / "flux" / name
 
 
-@pytest.mark.parametrize("parallelism", ["fsdp", "ddp"])
-def test_two_processes_match_one(parallelism, flux_data_root, tmp_path):
+@pytest.mark.parametrize(("parallelism", "dp_replicate"), [("fsdp", 1), ("fsdp", 2), ("ddp", 1)],
+                         ids=["fsdp", "hsdp-2x1", "ddp"])
+def test_two_processes_match_one(parallelism, dp_replicate, flux_data_root, tmp_path):
     one = read_metrics(_run(nproc=1, data_root=flux_data_root, out=tmp_path, name="one", parallelism=parallelism) / "metrics.jsonl")
-    two = read_metrics(_run(nproc=2, data_root=flux_data_root, out=tmp_path, name="two", parallelism=parallelism) / "metrics.jsonl")
+    two = read_metrics(_run(nproc=2, data_root=flux_data_root, out=tmp_path, name="two", parallelism=parallelism,
+                            dp_replicate=dp_replicate) / "metrics.jsonl")
     losses = [[r["loss"] for r in m if "loss" in r] for m in (one, two)]
     assert len(losses[0]) == len(losses[1]) == STEPS and losses[0][0] != losses[0][-1]
     for step, (a, b) in enumerate(zip(*losses), start=1):
