@@ -19,14 +19,19 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import io
 import math
+import pickle
 import signal
 import threading
 import time
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
+
+from common.batch_arena import SlabRegistry, batch_slab
 
 DAY_SECONDS = 86_400
 
@@ -125,12 +130,86 @@ class _SwitchableBatches(torch.utils.data.Sampler):
         return len(self.batches)
 
 
+@dataclasses.dataclass
+class _Delivery:
+    """A batch and the slab its tensors live in (common.batch_arena), as a worker sends them.
+
+    Pickled for the trainer (`__reduce__`), every tensor that is a view of the slab travels as
+    its place in the slab, and the slab itself once: one shared segment and one passed file
+    descriptor per batch, where torch's own reductions pass one per tensor (RetinaNet's boxes,
+    labels and ids made that ~27 per batch of 8 images).
+    """
+
+    batch: Any
+    slab: torch.Tensor | None
+    serial: int = 0  # which batch of its slab this is (common.batch_arena.SlabRegistry)
+
+    def __reduce__(self):
+        if self.slab is None or not self.slab.is_shared():
+            return (_Delivery, (self.batch, self.slab, self.serial))
+        buffer = io.BytesIO()
+        pickler = _SlabPickler(buffer, self.slab)
+        pickler.dump(self.batch)
+        pickler.forget()
+        return (_rebuild_delivery, (buffer.getvalue(), self.slab, self.serial))
+
+
+class _SlabPickler(ForkingPickler):
+    """Pickles tensors on the slab as (byte offset, shape, stride, dtype); anything else as torch does."""
+
+    def __init__(self, buffer: io.BytesIO, slab: torch.Tensor) -> None:
+        super().__init__(buffer, pickle.HIGHEST_PROTOCOL)
+        self._slab_storage = slab.untyped_storage()
+        self._start = self._slab_storage.data_ptr()
+
+    def forget(self) -> None:
+        # a pickler with persistent_id can outlive its use in a reference cycle; it must not keep
+        # the slab referenced, or the slab never counts as released
+        self._slab_storage = None
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not torch.Tensor or obj.requires_grad:
+            return None
+        storage = obj.untyped_storage()
+        if storage.data_ptr() != self._start:
+            return None
+        return ("slab", obj.storage_offset() * obj.element_size(), tuple(obj.shape), obj.stride(), str(obj.dtype))
+
+
+class _SlabUnpickler(pickle.Unpickler):
+    def __init__(self, payload: bytes, slab: torch.Tensor) -> None:
+        super().__init__(io.BytesIO(payload))
+        self._storage = slab.untyped_storage()
+
+    def forget(self) -> None:
+        self._storage = None  # see _SlabPickler.forget
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        _, offset, shape, stride, dtype_name = pid
+        dtype = getattr(torch, dtype_name.removeprefix("torch."))
+        view = torch.empty(0, dtype=dtype)
+        return view.set_(self._storage, offset // view.element_size(), shape, stride)
+
+
+def _rebuild_delivery(payload: bytes, slab: torch.Tensor, serial: int) -> _Delivery:
+    unpickler = _SlabUnpickler(payload, slab)
+    batch = unpickler.load()
+    unpickler.forget()
+    return _Delivery(batch=batch, slab=slab, serial=serial)
+
+
+def _build(source: BatchSource, indices: np.ndarray) -> _Delivery:
+    with batch_slab() as built:
+        batch = source.get_batch(indices)
+    return _Delivery(batch=batch, slab=built.slab, serial=built.serial)
+
+
 class _ByIndexArray(torch.utils.data.Dataset):
     def __init__(self, source: BatchSource) -> None:
         self.source = source
 
-    def __getitem__(self, indices: np.ndarray) -> Any:
-        return self.source.get_batch(indices)
+    def __getitem__(self, indices: np.ndarray) -> _Delivery:
+        return _build(self.source, indices)
 
     def __len__(self) -> int:  # the sampler decides; DataLoader only needs the method
         return 0
@@ -215,6 +294,7 @@ class StreamingLoader:
             generator=torch.Generator().manual_seed(seed),
             worker_init_fn=_ignore_preemption_signals if num_workers > 0 else None,
         )
+        self._slabs = SlabRegistry()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-prefetch")
         self._pending: dict[tuple[int, int], concurrent.futures.Future] = {}
         self._lock = threading.Lock()
@@ -224,7 +304,7 @@ class StreamingLoader:
     def _prepare(self, key: int, skip: int) -> _Prepared:
         t0 = time.perf_counter()
         batches = self.build_window(key)
-        first = self.source.get_batch(batches[skip]) if skip < len(batches) else None
+        first = _build(self.source, batches[skip]).batch if skip < len(batches) else None
         return _Prepared(key=key, skip=skip, batches=batches, first=first, built_s=time.perf_counter() - t0)
 
     def prefetch(self, key: int, *, skip: int = 0) -> None:
@@ -258,8 +338,33 @@ class StreamingLoader:
         if next_key is not None:
             self.prefetch(next_key)
         yield skip, prepared.first
-        for offset, batch in enumerate(workers, start=skip + 1):
+        for offset, delivery in enumerate(workers, start=skip + 1):
+            shared = delivery.slab is not None and delivery.slab.is_shared()
+            self._slabs.receive(delivery.slab if shared else None, delivery.serial)
+            batch = delivery.batch
+            del delivery  # the batch's views alone keep its slab in use from here on
             yield offset, batch
 
     def close(self) -> None:
+        """Stops the background preparation and the persistent workers (they exit on the loader's
+        own stop message; they ignore SIGTERM, so nothing else would stop them before the trainer)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        iterator = getattr(self._loader, "_iterator", None)
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        self._loader._iterator = None
+
+
+def stream_batches(source: BatchSource, index_batches: Sequence[np.ndarray], *, num_workers: int,
+                   prefetch_factor: int = 2) -> Iterator[Any]:
+    """The batches of `index_batches` through the trainers' loader (one window): for benchmarks and
+    tests that want exactly what a training loop receives."""
+    batches = list(index_batches)
+    loader = StreamingLoader(source=source, build_window=lambda key: batches, num_workers=num_workers,
+                             prefetch_factor=prefetch_factor)
+    try:
+        for _, batch in loader.iterate(0):
+            yield batch
+    finally:
+        loader.close()

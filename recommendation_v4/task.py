@@ -82,7 +82,7 @@ class DlrmTask:
             logits = self.dmp(batch, max_seq_len=global_max_sequence_length(self.model, batch))
             losses.append(self.model.loss(logits, batch.labels).detach() * batch.batch_size)
             scores.append(logits[:, 0].float())
-            labels.append(batch.labels.float())
+            labels.append(batch.labels.float().clone())  # the batch's buffer is reused once it is let go
         self.dmp.train()
         local_scores = torch.cat(scores) if scores else torch.zeros(0, device=self.device)
         local_labels = torch.cat(labels) if labels else torch.zeros(0, device=self.device)

@@ -6,7 +6,9 @@
 - loader: decoded + augmented 800x800 images/s per loader worker on the `bench` synthetic data
   (1-1.5k px JPEGs, ~320 KB mean like MLPerf Storage's retinanet record), with the batch
   normalised to float32 in the worker and left uint8 for the accelerator; wall-clock and per
-  worker CPU-second (goal: 65/s per worker, so 8 workers feed one B200's ~505 images/s);
+  worker CPU-second (goal: 65/s per worker, so 8 workers feed one B200's ~505 images/s), next
+  to a plain torchvision loop on one thread and the loader in-process, with the worker's share
+  of the plain loop's rate (goal: 0.9);
 - train: CPU training images/s (forward, backward, Adam) of the tiny flavor at the debug
   config's shape and at its own, and of the reference flavor (ResNeXt50-FPN, 800 px).
 The bench data is generated under --data-root/retinanet on first use.
@@ -25,7 +27,7 @@ import torch
 
 from common.paths import DEFAULT_DATA_ROOT
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
-from retinanet.data.throughput import GOAL_IMAGES_PER_S_PER_WORKER, measure_loader_images_per_s
+from retinanet.data.throughput import GOAL_IMAGES_PER_S_PER_WORKER, measure_loader_images_per_s, plain_loop_images_per_s
 from retinanet.data_setup import BENCHMARK_DATA_DIRNAME, synthetic_dataset_name
 from retinanet.model.throughput import measure_training_images_per_s
 
@@ -58,16 +60,29 @@ def bench_dataset(data_root: Path) -> Path:
     )
 
 
-def bench_loader(dataset_dir: Path, *, num_images: int, workers: int, image_size: int = 800) -> dict:
+def bench_loader(dataset_dir: Path, *, num_images: int, workers: int, image_size: int = 800, rounds: int = 3) -> dict:
+    """Per output type: the plain torchvision loop on one thread, the loader in-process and through
+    `workers` worker(s), each measured in alternation `rounds` times (a shared machine drifts over
+    seconds); the medians, and the worker's rate as a fraction of the plain loop's (goal >= 0.9)."""
     out: dict = {"goal_images_per_s_per_worker": GOAL_IMAGES_PER_S_PER_WORKER, "image_size": image_size}
     for normalize in (True, False):
-        r = measure_loader_images_per_s(
-            dataset_dir, image_size=image_size, num_images=num_images, num_workers=workers, normalize=normalize
-        )
+        kwargs = dict(image_size=image_size, num_images=num_images, normalize=normalize)
+        plains, in_process, through_workers = [], [], []
+        for _ in range(rounds):
+            plains.append(plain_loop_images_per_s(dataset_dir, **kwargs))
+            in_process.append(measure_loader_images_per_s(dataset_dir, num_workers=0, **kwargs).images_per_s)
+            through_workers.append(measure_loader_images_per_s(dataset_dir, num_workers=workers, **kwargs))
+        plain = sorted(plains)[rounds // 2]
+        r = sorted(through_workers, key=lambda x: x.images_per_s)[rounds // 2]
         out["float32_normalised" if normalize else "uint8"] = {
+            "plain_loop_images_per_s": round(plain, 1),
+            "in_process_images_per_s": round(sorted(in_process)[rounds // 2], 1),
             "workers": workers,
             "images_per_s_per_worker": round(r.images_per_s_per_worker, 1),
             "images_per_worker_cpu_s": round(r.images_per_cpu_s, 1),
+            "worker_over_plain_loop": round(r.images_per_s_per_worker / plain, 3),
+            "rounds_plain_and_worker": [[round(p, 1), round(w.images_per_s_per_worker, 1)]
+                                        for p, w in zip(plains, through_workers)],
             "mean_jpeg_bytes": round(r.mean_jpeg_bytes),
         }
     return out
@@ -102,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
     parser.add_argument("--only", choices=["loader", "train"], action="append")
-    parser.add_argument("--loader-images", type=int, default=256, help="images timed per loader measurement")
+    parser.add_argument("--loader-images", type=int, default=512, help="images timed per loader measurement")
     parser.add_argument("--loader-workers", type=int, default=1)
     args = parser.parse_args(argv)
     results = {}

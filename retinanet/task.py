@@ -23,9 +23,12 @@ class EmptyBatchError(RuntimeError):
     """Every image of a rank's batch was skipped, so this rank has nothing to train on."""
 
 
-def device_images(batch: DetectionBatch, device: torch.device) -> torch.Tensor:
-    """The batch's images on `device`, ImageNet-normalised there when the loader left them uint8."""
-    images = batch.images.to(device, non_blocking=True)
+def device_images(batch: DetectionBatch, device: torch.device, *, channels_last: bool = False) -> torch.Tensor:
+    """The batch's images on `device` in the model's memory format, ImageNet-normalised there when
+    the loader left them uint8. (The loader keeps decoded images pixel by pixel, which is channels
+    last; a channels-first model gets them rearranged here, in the copy to the device.)"""
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    images = batch.images.to(device, non_blocking=True, memory_format=layout)
     if images.dtype == torch.uint8:
         with torch.profiler.record_function("## retinanet.normalize_on_device ##"):
             images = normalize_imagenet(images)
@@ -42,6 +45,7 @@ class RetinaNetTask:
     evaluator: CocoDetectionEvaluator
     eval_batches: Callable[[EvalPoint], Iterable[tuple[int, DetectionBatch]]]  # (index, batch) of the evaluation at a point
     amp: str = ""  # "", "bf16" or "fp16"
+    channels_last: bool = False  # the model's memory format
     skipped_files: list[str] = dataclasses.field(default_factory=list)  # this rank's skipped paths
 
     def __post_init__(self) -> None:
@@ -68,7 +72,7 @@ class RetinaNetTask:
             raise EmptyBatchError(
                 "every image of a batch was skipped as unreadable: " + ", ".join(s.path for s in batch.skipped)
             )
-        images = device_images(batch, self.device)
+        images = device_images(batch, self.device, channels_last=self.channels_last)
         targets = [{key: value.to(self.device, non_blocking=True) for key, value in t.items()} for t in batch.targets]
         with self._autocast():
             losses = self.model(images, targets)
@@ -96,7 +100,7 @@ class RetinaNetTask:
                 self.skipped_files.extend(s.path for s in batch.skipped)
                 if len(batch) == 0:
                     continue
-                images = device_images(batch, self.device)
+                images = device_images(batch, self.device, channels_last=self.channels_last)
                 with self._autocast(), torch.profiler.record_function("## retinanet.detect ##"):
                     detections = self.module(images)
                 self.evaluator.add(

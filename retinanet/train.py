@@ -74,7 +74,7 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     task = RetinaNetTask(model=model, module=module, optimizer=optimizer, device=info.device,
                          global_batch_size=cfg.global_batch_size,
                          evaluator=CocoDetectionEvaluator(data.validation.annotations_file, categories=data.categories),
-                         eval_batches=eval_batches, amp=cfg.amp)
+                         eval_batches=eval_batches, amp=cfg.amp, channels_last=cfg.channels_last)
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         skipped = sum_over_ranks(len(task.skipped_files))

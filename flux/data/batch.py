@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
-from torch.utils.data import get_worker_info
+
+from common.batch_arena import batch_empty
 
 
 @dataclasses.dataclass
@@ -42,14 +42,6 @@ class FluxBatch:
 
 
 def batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor for one batch field; inside a loader worker it lives in shared memory.
-
-    A DataLoader worker sends a batch to the trainer by moving each tensor's storage into shared
-    memory, which copies it unless it is shared already. Allocating it shared up front saves that
-    copy (~70 MB per reference batch of 32).
-    """
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
-    prototype = torch.empty(0, dtype=dtype)
-    storage = prototype._typed_storage()._new_shared(math.prod(shape), device=prototype.device)
-    return prototype.new(storage).view(shape)
+    """An uninitialised tensor for one batch field: a view of the batch's reused slab when a
+    loader builds the batch (common.batch_arena; shared memory inside a loader worker)."""
+    return batch_empty(shape, dtype)

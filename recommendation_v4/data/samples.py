@@ -10,6 +10,7 @@ import torch
 from torch.profiler import record_function
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from common.batch_arena import batch_empty
 from recommendation_v4.data import features
 from recommendation_v4.data.batch import HSTUBatch
 
@@ -31,16 +32,9 @@ HISTORY_PAYLOADS: tuple[str, ...] = ("action_weight", "action_timestamp")
 
 
 def _output_tensor(numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised 1-D tensor; in a loader worker it is allocated in shared memory.
-
-    A worker's batch travels to the trainer through shared memory: allocating it there up
-    front saves the copy torch would otherwise make when the batch is sent.
-    """
-    if torch.utils.data.get_worker_info() is None:
-        return torch.empty(numel, dtype=dtype)
-    prototype = torch.empty(0, dtype=dtype)
-    storage = prototype._typed_storage()._new_shared(numel, device="cpu")
-    return prototype.new(storage).resize_(numel)
+    """An uninitialised 1-D batch tensor: a view of the batch's slab when a loader builds it
+    (common.batch_arena: reused memory, one shared buffer per batch), else fresh memory."""
+    return batch_empty(numel, dtype)
 
 
 def _filled(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:

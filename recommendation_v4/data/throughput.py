@@ -1,4 +1,4 @@
-"""Loader benchmark: samples/s of `make_batch_loader` over a processed Yambda dataset.
+"""Loader benchmark: samples/s of the trainers' loader (common.streaming) over a processed Yambda dataset.
 
     python -m recommendation_v4.data.throughput --dataset-dir DIR --history-length 4096 \
         --batch-size 1024 --num-batches 20 --num-workers 2
@@ -19,11 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from common.batch_arena import batch_slab
+from common.streaming import stream_batches
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.loader import make_batch_loader
 from recommendation_v4.data.preprocess import ensure_processed
 
-WARMUP_BATCHES = 2  # per worker: worker start-up and first page faults are not throughput
+WARMUP_BATCHES = 8  # per worker: start-up and filling the loader's pool of reused batch buffers are not throughput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +40,12 @@ class LoaderThroughput:
 
 
 def _get_batch_cpu_rate(dataset: YambdaSequenceDataset, batches: list[np.ndarray]) -> float:
-    dataset.get_batch(batches[0])  # first touch of the memory maps
+    with batch_slab():
+        dataset.get_batch(batches[0])  # first touch of the memory maps (and the batch size learnt)
     started = time.process_time()
     for indices in batches[1:]:
-        dataset.get_batch(indices)
+        with batch_slab():  # as the loader builds a batch: in reused memory
+            dataset.get_batch(indices)
     return sum(b.size for b in batches[1:]) / max(time.process_time() - started, 1e-9)
 
 
@@ -60,7 +63,7 @@ def run_loader_benchmark(
     rng = np.random.default_rng(seed)
     batches = [np.sort(rng.choice(len(dataset), batch_size, replace=False)) for _ in range(warmup + num_batches)]
     cpu_rate = _get_batch_cpu_rate(dataset, batches[: min(len(batches), 1 + num_batches)])
-    loader = make_batch_loader(dataset, batches, num_workers)
+    loader = stream_batches(dataset, batches, num_workers=num_workers)
     history_events = 0
     started = 0.0
     for step, batch in enumerate(loader):

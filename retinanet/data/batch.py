@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
-from torch.utils.data import default_collate, get_worker_info
 
+from common.batch_arena import batch_copy, batch_empty
 from retinanet.data.transforms import normalize_imagenet_
 
 
@@ -68,22 +68,29 @@ class DetectionBatch:
         )
 
 
-def _batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """float32 tensor for the batch; inside a loader worker it lives in shared memory.
+def _pixels_last(image: torch.Tensor) -> bool:
+    """Whether a [C, H, W] image is stored pixel by pixel (H, W, C), as decode_jpeg and resize leave it."""
+    channels, _, width = image.shape
+    return image.stride() == (1, width * channels, channels)
 
-    Allocating it shared up front (as torch's default_collate does) spares the copy the
-    DataLoader would otherwise make to move a finished batch (61 MB at 8 x 800 px) into shm.
+
+def image_batch(images: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised [B, C, H, W] batch for `images`, laid out in memory the way they are.
+
+    Decoded and resized images are stored pixel by pixel; a batch in the same layout (channels
+    last) takes each image with one straight copy, where a channels-first batch would transpose
+    every image on the way (measured: 1.3 ms instead of 0.09 ms per 800x800 image). The model
+    takes either layout; on the GPU the reference runs channels_last anyway.
     """
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.float32)
-    prototype = torch.empty(0, dtype=torch.float32)
-    storage = prototype._typed_storage()._new_shared(math.prod(shape), device=prototype.device)
-    return prototype.new(storage).view(shape)
+    count, (channels, height, width) = len(images), images[0].shape
+    if _pixels_last(images[0]):
+        return batch_empty((count, height, width, channels), dtype).permute(0, 3, 1, 2)
+    return batch_empty((count, channels, height, width), dtype)
 
 
 def stack_normalized(images: Sequence[torch.Tensor]) -> torch.Tensor:
     """float32 [B, 3, S, S] ImageNet-normalised batch of uint8 [3, S, S] images, in one buffer."""
-    batch = _batch_buffer((len(images), *images[0].shape))
+    batch = image_batch(images, torch.float32)
     with torch.profiler.record_function("## retinanet.normalize ##"):
         for slot, image in zip(batch, images, strict=True):
             slot.copy_(image)  # uint8 -> float32 conversion happens in the copy
@@ -92,30 +99,38 @@ def stack_normalized(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def collate_detection_samples(
-    samples: Sequence[DetectionSample | SkippedSample], *, normalize: bool = True
+    samples: Sequence[DetectionSample | SkippedSample], *, normalize: bool = True, stacked: torch.Tensor | None = None
 ) -> DetectionBatch:
     """Stacks (and normalises) images and lists targets; skipped files travel along to be counted.
 
     normalize=False keeps uint8 images, for normalising on the accelerator instead
-    (retinanet.data.transforms.normalize_imagenet).
+    (retinanet.data.transforms.normalize_imagenet). `stacked`: the good samples' images are
+    already its leading slots, in order (the dataset resized them there).
     """
     good = [sample for sample in samples if isinstance(sample, DetectionSample)]
     skipped = [sample for sample in samples if isinstance(sample, SkippedSample)]
-    if good and normalize:
+    if good and stacked is not None:
+        images = stacked[: len(good)]
+    elif good and normalize:
         images = stack_normalized([sample.image for sample in good])
     elif good:
-        images = default_collate([sample.image for sample in good])
+        images = image_batch([sample.image for sample in good], torch.uint8)
+        for slot, sample in zip(images, good):
+            slot.copy_(sample.image)
     else:
         size = skipped[0].image_size if skipped else 0
         images = torch.empty((0, 3, size, size), dtype=torch.float32 if normalize else torch.uint8)
+    # every small tensor of the batch goes into its buffer too: one shared segment per batch
+    # instead of three per image
+    ids = batch_copy(np.array([s.image_id for s in good], dtype=np.int64))
     return DetectionBatch(
         images=images,
         targets=[
-            {"boxes": s.boxes, "labels": s.labels, "image_id": torch.tensor(s.image_id, dtype=torch.int64)}
-            for s in good
+            {"boxes": batch_copy(s.boxes), "labels": batch_copy(s.labels), "image_id": ids[i]}
+            for i, s in enumerate(good)
         ],
-        image_ids=torch.tensor([s.image_id for s in good], dtype=torch.int64),
-        original_hw=torch.tensor([s.original_hw for s in good], dtype=torch.int64).reshape(-1, 2),
+        image_ids=ids,
+        original_hw=batch_copy(np.array([s.original_hw for s in good], dtype=np.int64).reshape(-1, 2)),
         skipped=skipped,
         num_bytes=sum(s.num_bytes for s in good),
     )

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from retinanet.data import layout
+from common.batch_arena import batch_empty
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.data.records import ImageRecord
@@ -103,13 +104,16 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         Indices past the end address later epochs, so persistent workers serve any epoch
         without being told about it, and a resumed run replays the same flips.
         """
+        return self._item(index)
+
+    def _item(self, index: int, *, out: torch.Tensor | None = None) -> DetectionSample | SkippedSample:
         if index < 0:
             raise IndexError(f"sample index must be >= 0, got {index}")
         passes, position = divmod(int(index), len(self.records))
         record = self.records[position]
         path = self.images_dir / record.file_name
         try:
-            return self._load(record, path, epoch=self.settings.epoch + passes)
+            return self._load(record, path, epoch=self.settings.epoch + passes, out=out)
         except BadImageError as error:
             if self.settings.skip_bad_files:
                 return SkippedSample(path=str(path), reason=str(error), image_size=self.settings.image_size)
@@ -137,10 +141,24 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         return image, encoded.numel()
 
     def get_batch(self, indices: np.ndarray) -> DetectionBatch:
-        """One collated batch: the BatchSource of common.streaming.StreamingLoader."""
-        return collate_detection_samples([self[int(i)] for i in indices], normalize=self.settings.normalize)
+        """One collated batch: the BatchSource of common.streaming.StreamingLoader.
 
-    def _load(self, record: ImageRecord, path: Path, *, epoch: int) -> DetectionSample:
+        uint8 batches (`normalize=False`) are resized straight into the batch's buffer; the same
+        pixels as collating the samples, without copying every image once more.
+        """
+        if self.settings.normalize:
+            return collate_detection_samples([self[int(i)] for i in indices], normalize=True)
+        size = self.settings.image_size
+        slots = batch_empty((len(indices), size, size, 3), torch.uint8).permute(0, 3, 1, 2)
+        samples: list[DetectionSample | SkippedSample] = []
+        good = 0
+        for index in indices:
+            sample = self._item(int(index), out=slots[good])  # a skipped file leaves its slot to the next image
+            good += isinstance(sample, DetectionSample)
+            samples.append(sample)
+        return collate_detection_samples(samples, normalize=False, stacked=slots)
+
+    def _load(self, record: ImageRecord, path: Path, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
         image, num_bytes = self._read_and_decode(record, path)
         settings = self.settings
         image, boxes = resize_square(
@@ -148,12 +166,15 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
             torch.from_numpy(record.boxes_xyxy),
             size=settings.image_size,
             annotated_hw=(record.height, record.width),
+            out=out,
         )
         flipped = settings.augment and flip_decision(
             seed=settings.seed, epoch=epoch, image_id=record.image_id, probability=settings.flip_probability
         )
         if flipped:
             image, boxes = horizontal_flip(image, boxes)
+            if out is not None:
+                image = out.copy_(image)
         return DetectionSample(
             image=image,
             boxes=boxes,

@@ -17,10 +17,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import torchvision.transforms.v2.functional as TF
+
+from common.streaming import stream_batches
 
 from retinanet.data import layout
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
-from retinanet.data.loader import make_detection_loader
+from retinanet.data.transforms import decode_jpeg_rgb, normalize_imagenet
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
 
 # Under the repository's git-ignored data/ folder, wherever the command runs from.
@@ -59,41 +63,39 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _timing_records(dataset_dir: str | Path, *, split: str, image_size: int, normalize: bool, count: int):
+    source = OpenImagesDetectionDataset.from_split(
+        dataset_dir, split, settings=LoaderSettings(image_size=image_size, augment=True, normalize=normalize)
+    )
+    # Cycle the split when it is smaller than the run; files then come from the page cache, which
+    # is what a loader-bound (not storage-bound) measurement wants.
+    records = source.records.take(np.arange(count) % len(source.records))
+    return OpenImagesDetectionDataset(records, images_dir=source.images_dir, categories=source.categories,
+                                      settings=source.settings)
+
+
 def measure_loader_images_per_s(
     dataset_dir: str | Path,
     *,
     image_size: int = 800,
-    num_images: int = 256,
+    num_images: int = 512,
     num_workers: int = 1,
     batch_size: int = 8,
     split: str = layout.TRAIN_SPLIT,
     normalize: bool = True,
 ) -> LoaderThroughput:
-    """Times num_images through the loader once it runs steadily (start-up and prefetch excluded)."""
+    """Times num_images through the trainers' loader (common.streaming) once it runs steadily."""
     if num_images < batch_size:
         raise ValueError(f"num_images ({num_images}) must be >= batch_size ({batch_size})")
-    source = OpenImagesDetectionDataset.from_split(
-        dataset_dir, split, settings=LoaderSettings(image_size=image_size, augment=True, normalize=normalize)
-    )
-    # Drain start-up plus the batches prefetched meanwhile, so the clock starts in steady state.
-    warmup_batches = (1 + _PREFETCH_FACTOR) * max(1, num_workers)
-    warmup_images = batch_size * warmup_batches
-    # Cycle the split when it is smaller than the run; files then come from the page cache, which
-    # is what a loader-bound (not storage-bound) measurement wants.
-    records = source.records.take(np.arange(warmup_images + num_images) % len(source.records))
-    dataset = OpenImagesDetectionDataset(
-        records, images_dir=source.images_dir, categories=source.categories, settings=source.settings
-    )
-    loader = make_detection_loader(
-        dataset,
-        batch_size=batch_size,
-        num_workers=num_workers,
-        persistent_workers=False,
-        prefetch_factor=_PREFETCH_FACTOR,
-    )
+    # Drain start-up, the batches prefetched meanwhile and the filling of each worker's pool of
+    # reused batch buffers (common.batch_arena), so the clock starts in steady state.
+    warmup_batches = (4 + _PREFETCH_FACTOR) * max(1, num_workers)
+    total = batch_size * warmup_batches + num_images
+    dataset = _timing_records(dataset_dir, split=split, image_size=image_size, normalize=normalize, count=total)
+    index_batches = [np.arange(start, start + batch_size) for start in range(0, total - batch_size + 1, batch_size)]
     children_cpu_before = _children_cpu_seconds()
     process_cpu_before = time.process_time()
-    batches = iter(loader)
+    batches = stream_batches(dataset, index_batches, num_workers=num_workers, prefetch_factor=_PREFETCH_FACTOR)
     for _ in range(warmup_batches):
         next(batches)
     counted = 0
@@ -103,7 +105,7 @@ def measure_loader_images_per_s(
         counted += len(batch)
         num_bytes += batch.num_bytes
     seconds = time.perf_counter() - start
-    # Exhausting the iterator joins the workers; only then is their CPU time in RUSAGE_CHILDREN.
+    # Closing the loader and collecting it joins the workers; only then is their CPU time in RUSAGE_CHILDREN.
     del batches
     gc.collect()
     if num_workers > 0:
@@ -117,18 +119,50 @@ def measure_loader_images_per_s(
         num_workers=num_workers,
         num_images=counted,
         seconds=seconds,
-        images_per_cpu_s=len(records) / max(cpu_seconds, 1e-9),
+        images_per_cpu_s=total / max(cpu_seconds, 1e-9),
         mean_jpeg_bytes=num_bytes / max(1, counted),
         image_size=image_size,
         normalized_in_loader=normalize,
     )
 
 
+def plain_loop_images_per_s(
+    dataset_dir: str | Path, *, image_size: int = 800, num_images: int = 256, normalize: bool = True,
+    split: str = layout.TRAIN_SPLIT,
+) -> float:
+    """What one thread does with torchvision alone: read, decode_jpeg (to RGB), resize(antialias=True),
+    flip (and normalise to float32), image after image; the yardstick a loader worker is held to.
+
+    No dataset, annotations, collation or transport: a worker delivering batches at this rate
+    spends nothing on anything but the images. One intra-op thread, as in a loader worker.
+    """
+    dataset = _timing_records(dataset_dir, split=split, image_size=image_size, normalize=normalize, count=num_images)
+    paths = [dataset.images_dir / record.file_name for record in dataset.records]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        images = []
+        start = time.perf_counter()
+        for i, path in enumerate(paths):
+            image = decode_jpeg_rgb(torch.from_numpy(np.fromfile(path, dtype=np.uint8)))
+            image = TF.resize(image, [image_size, image_size], antialias=True)
+            if i % 2:
+                image = image.flip(-1)
+            if normalize:
+                image = normalize_imagenet(image)
+            images.append(image)
+            if len(images) == 8:  # keep memory flat, as a consumer of batches would
+                images.clear()
+        return len(paths) / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset-dir", type=Path, help=f"dataset to read (default: generate {DEFAULT_BENCH_DIR})")
     parser.add_argument("--image-size", type=int, default=800)
-    parser.add_argument("--num-images", type=int, default=256)
+    parser.add_argument("--num-images", type=int, default=512)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--generator-workers", type=int, default=2, help="processes generating the bench dataset")
@@ -148,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         normalize=not args.uint8_output,
     )
     print(result.summary())
+    plain = plain_loop_images_per_s(dataset_dir, image_size=args.image_size, num_images=args.num_images,
+                                    normalize=not args.uint8_output)
+    print(f"plain loop (one thread, torchvision alone): {plain:.1f} images/s; loader worker / plain loop = "
+          f"{result.images_per_s_per_worker / plain:.2f}")
     return 0
 
 

@@ -34,15 +34,34 @@ def decode_jpeg_rgb(encoded: torch.Tensor) -> torch.Tensor:
         return decode_jpeg(encoded, mode=ImageReadMode.RGB)
 
 
+def _resizes_in_place(image: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether `out` can take the resize directly: uint8 images stored pixel by pixel, as decoded,
+    for which torchvision's resize is exactly this one antialiased bilinear kernel."""
+    if out is None or image.dtype != torch.uint8 or out.dtype != torch.uint8 or image.ndim != 3:
+        return False
+    channels, _, width = image.shape
+    return image.stride() == (1, width * channels, channels) and out.stride()[-3:] == (1, out.shape[-1] * channels, channels)
+
+
 def resize_square(
-    image: torch.Tensor, boxes_xyxy: torch.Tensor, *, size: int, annotated_hw: tuple[int, int]
+    image: torch.Tensor, boxes_xyxy: torch.Tensor, *, size: int, annotated_hw: tuple[int, int],
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bilinear (antialiased) resize of a uint8 image to size x size; boxes scale with it.
 
-    Boxes are in the annotation's pixel frame, so they scale by size / annotated side.
+    Boxes are in the annotation's pixel frame, so they scale by size / annotated side. With `out`
+    (a [3, size, size] slot of a batch) the image is resized straight into it, the same pixels
+    without the copy a batch would otherwise make.
     """
     with torch.profiler.record_function("## retinanet.resize ##"):
-        resized = TF.resize(image, [size, size], antialias=True)
+        if _resizes_in_place(image, out):
+            torch.ops.aten._upsample_bilinear2d_aa.out(image.unsqueeze(0), [size, size], False, None, None,
+                                                       out=out.unsqueeze(0))
+            resized = out
+        else:
+            resized = TF.resize(image, [size, size], antialias=True)
+            if out is not None:
+                resized = out.copy_(resized)
     height, width = annotated_hw
     scale = torch.tensor([size / width, size / height, size / width, size / height], dtype=torch.float32)
     return resized, boxes_xyxy * scale

@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from common.streaming import stream_batches
 from retinanet.data import layout
 from retinanet.data.batch import DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.dataset import BadImageError, LoaderSettings, OpenImagesDetectionDataset
@@ -280,3 +281,21 @@ def test_get_batch_serves_the_streaming_loader(tiny_dataset_dir: Path) -> None:
     ids = [i for batch in seen for i in batch.image_ids.tolist()]
     assert ids == [int(record.image_id) for record in dataset.records[:16]]
     torch.testing.assert_close(seen[0].images[:3], dataset.get_batch(np.arange(3)).images)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_uint8_batches_through_the_trainers_loader_hold_exactly_the_samples(tiny_dataset_dir: Path, workers: int) -> None:
+    """The uint8 path resizes straight into the batch buffer: the very pixels, boxes and ids of the samples."""
+    dataset = OpenImagesDetectionDataset.from_split(
+        tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, augment=True, normalize=False)
+    )
+    index_batches = [np.arange(start, start + 4) for start in range(0, 32, 4)]
+    batches = list(stream_batches(dataset, index_batches, num_workers=workers))  # all held: no buffer reused under them
+    assert any(dataset[i].flipped for i in range(32)) and any(not dataset[i].flipped for i in range(32))
+    for indices, batch in zip(index_batches, batches, strict=True):
+        samples = [dataset[int(i)] for i in indices]
+        assert batch.images.dtype == torch.uint8
+        assert torch.equal(batch.images, torch.stack([s.image for s in samples]))
+        for sample, target in zip(samples, batch.targets, strict=True):
+            assert torch.equal(target["boxes"], sample.boxes) and torch.equal(target["labels"], sample.labels)
+        assert batch.image_ids.tolist() == [s.image_id for s in samples]
