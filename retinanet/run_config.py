@@ -12,6 +12,7 @@ import torch
 
 from common.config import ConfigError, require, require_choice, require_int, require_number
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
+from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
 
 
 AMP_DTYPES: tuple[str, ...] = ("", "bf16", "fp16")
@@ -35,6 +36,9 @@ class TrainConfig:
     channels_last: bool = False  # GPU only
     target_map: float | None = None  # stop once an evaluation reaches it
     eval_before_training: bool = False  # score the untrained model first (a baseline, not in mllog)
+    # torchvision ImageNet state dict file for the backbone body (retinanet.model.pretrained); "": random init.
+    # A leading "%DATA_ROOT" in the string stands for retinanet.DataConfig.data_root.
+    backbone_weights: str = ""
 
     def __post_init__(self) -> None:
         require_int(self, "global_batch_size", "eval_batch_size", "epochs", minimum=1)
@@ -44,6 +48,7 @@ class TrainConfig:
         require_choice(self, "amp", AMP_DTYPES)
         require(self, "target_map", self.target_map is None or 0 < self.target_map <= 1, "in (0, 1] or None")
         require(self, "adam_betas", len(tuple(self.adam_betas)) == 2, "two numbers")
+        require(self, "backbone_weights", isinstance(self.backbone_weights, str), 'a file path or ""')
 
     def model(self) -> RetinaNetFlavor:
         """The flavor with its overrides applied."""
@@ -100,5 +105,13 @@ class RetinaNetConfigs:
     @classmethod
     def read(cls) -> "RetinaNetConfigs":
         configs = cls(TrainConfig(), DataConfig())
-        configs.train.model()  # a bad flavor or override fails here
+        flavor = configs.train.model()  # a bad flavor or override fails here
+        # a weights file for a body without a torchvision counterpart, or a missing file, too
+        check_backbone_weights(configs.backbone_weights_file, backbone=flavor.backbone,
+                               flavor_name=configs.train.flavor)
         return configs
+
+    @property
+    def backbone_weights_file(self) -> str:
+        """retinanet.TrainConfig.backbone_weights with a leading %DATA_ROOT as retinanet.DataConfig.data_root."""
+        return resolve_weights_path(self.train.backbone_weights, data_root=self.data.data_root)

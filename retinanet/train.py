@@ -49,9 +49,12 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         raise ConfigError(f"retinanet.TrainConfig / retinanet.DataConfig: {err}") from err
 
     ctx.seed_shared()  # the same initial weights on every rank
-    module = build_retinanet(flavor, channels_last=cfg.channels_last).to(info.device)
+    # every rank reads backbone_weights itself (identical files -> identical weights), before DDP and Adam
+    module = build_retinanet(flavor, channels_last=cfg.channels_last,
+                             backbone_weights=c.backbone_weights_file).to(info.device)
     ctx.say(f"[model] {cfg.flavor}: {count_parameters(module):,} parameters "
-            f"({count_parameters(module, trainable_only=True):,} trainable), {flavor.image_size}px")
+            f"({count_parameters(module, trainable_only=True):,} trainable), {flavor.image_size}px; "
+            f"backbone: {module.describe_backbone_init()}")
     # frozen batch norm: its buffers never change after the init-time sync, so no sync per forward
     model = DistributedDataParallel(module, device_ids=[info.device.index] if info.device.type == "cuda" else None,
                                     forward_sync_buffers=False)

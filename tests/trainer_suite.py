@@ -174,6 +174,7 @@ def _retinanet_reference_run(data_root: pathlib.Path, out: pathlib.Path, name: s
     """The reference recipe's hyperparameters (reference.gin) on the tiny flavor and data, on the CPU."""
     return REPO / "retinanet" / "configs" / "reference.gin", _retinanet_common(data_root, out, name) + [
         'retinanet.TrainConfig.flavor = "tiny"',
+        'retinanet.TrainConfig.backbone_weights = ""',  # reference.gin's ImageNet file is for ResNeXt50
         "retinanet.TrainConfig.epochs = 1",
         "retinanet.TrainConfig.global_batch_size = 8",
         'retinanet.TrainConfig.amp = ""',

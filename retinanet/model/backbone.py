@@ -1,6 +1,7 @@
 """ResNet/ResNeXt body with frozen batch norm and an FPN producing P3..P7.
 
-Built from torchvision modules with weights=None: nothing is ever downloaded.
+Built from torchvision modules with weights=None: nothing is ever downloaded. The body starts
+from random weights, or from a local torchvision ImageNet file (retinanet.model.pretrained).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torchvision.ops.feature_pyramid_network import LastLevelP6P7
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 from retinanet.model.flavors import RetinaNetFlavor
+from retinanet.model.pretrained import load_backbone_weights
 
 # Trainable stages counted from the top, as in torchvision's detection backbones.
 _STAGES_TOP_DOWN = ("layer4", "layer3", "layer2", "layer1", "conv1")
@@ -43,8 +45,13 @@ def freeze_lower_stages(body: ResNet, *, trainable_layers: int) -> None:
             parameter.requires_grad_(False)
 
 
-def build_fpn_backbone(flavor: RetinaNetFlavor) -> BackboneWithFPN:
-    """Body + FPN; the output is an OrderedDict of five maps with `flavor.fpn_channels` channels."""
+def build_fpn_backbone(flavor: RetinaNetFlavor, *, weights: str = "") -> BackboneWithFPN:
+    """Body + FPN; the output is an OrderedDict of five maps with `flavor.fpn_channels` channels.
+
+    `weights`: "" for a random body, or the path of torchvision's ImageNet state dict file for
+    the flavor's backbone, copied into the body (conv weights and frozen batch norm statistics;
+    the classifier is skipped). The FPN is always freshly initialised.
+    """
     body = _resnet_body(flavor.backbone)
     freeze_lower_stages(body, trainable_layers=flavor.trainable_backbone_layers)
     in_channels = [_stage_out_channels(body, stage) for stage in _RETURNED_LAYERS]
@@ -57,6 +64,12 @@ def build_fpn_backbone(flavor: RetinaNetFlavor) -> BackboneWithFPN:
         # P6 from P5 (not C5), as the MLPerf reference does.
         extra_blocks=LastLevelP6P7(channels, channels),
     )
+    # what initialised the body, for the trainer's log: None (random) or what a file load copied
+    backbone.loaded_weights = None
+    if weights:
+        # into the wrapped body, whose names are the ones the detector keeps (no avgpool/fc);
+        # loading changes values only, so the stages frozen above stay frozen
+        backbone.loaded_weights = load_backbone_weights(backbone.body, weights, backbone=flavor.backbone)
     return backbone
 
 

@@ -23,11 +23,11 @@ from retinanet.model.postprocess import PostprocessSettings, postprocess_detecti
 
 
 class RetinaNetDetector(nn.Module):
-    def __init__(self, flavor: RetinaNetFlavor, *, channels_last: bool = False) -> None:
+    def __init__(self, flavor: RetinaNetFlavor, *, channels_last: bool = False, backbone_weights: str = "") -> None:
         super().__init__()
         self.flavor = flavor
         self.channels_last = channels_last
-        self.backbone = build_fpn_backbone(flavor)
+        self.backbone = build_fpn_backbone(flavor, weights=backbone_weights)
         self.anchor_generator = AnchorGenerator(flavor.anchor_sizes, (flavor.aspect_ratios,) * len(flavor.anchor_sizes))
         num_anchors = self.anchor_generator.num_anchors_per_location()[0]
         self.classification_head = RetinaNetClassificationHead(
@@ -45,6 +45,11 @@ class RetinaNetDetector(nn.Module):
         self._anchor_cache: dict[tuple, torch.Tensor] = {}
         if channels_last:
             self.to(memory_format=torch.channels_last)
+
+    def describe_backbone_init(self) -> str:
+        """Where the backbone body's weights came from, for the trainer's log."""
+        loaded = getattr(self.backbone, "loaded_weights", None)
+        return loaded.describe() if loaded is not None else "random init (no backbone_weights)"
 
     def _anchors(self, images: torch.Tensor, features: list[torch.Tensor]) -> torch.Tensor:
         """[A, 4] anchors for one image; every image of a square batch shares them, so they are cached."""
@@ -112,6 +117,12 @@ class RetinaNetDetector(nn.Module):
             )
 
 
-def build_retinanet(flavor: RetinaNetFlavor, *, channels_last: bool = False) -> RetinaNetDetector:
-    """The detector with freshly initialised weights (no pretrained download)."""
-    return RetinaNetDetector(flavor, channels_last=channels_last)
+def build_retinanet(
+    flavor: RetinaNetFlavor, *, channels_last: bool = False, backbone_weights: str = ""
+) -> RetinaNetDetector:
+    """The detector with freshly initialised weights; nothing is downloaded.
+
+    `backbone_weights`: the path of a local torchvision ImageNet state dict file for the
+    backbone body ("" keeps it random), as `retinanet.TrainConfig.backbone_weights` binds it.
+    """
+    return RetinaNetDetector(flavor, channels_last=channels_last, backbone_weights=backbone_weights)
