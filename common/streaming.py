@@ -1,10 +1,7 @@
 """Streaming data in windows: a time slice (DLRM), or a block of files (images, Flux latents).
 
-Three pieces, each usable alone:
+The pieces, each usable alone (time windows over timestamps are `common.time_windows`):
 
-- `TimeWindows`: cuts a timeline into fixed windows (default one day) and gives, per window,
-  the samples whose timestamp falls in it, so training can walk the windows in strict time
-  order: train window T, evaluate on T+1 or on a fixed hold-out window.
 - `window_batches`: a window's samples, shuffled (seeded by run seed and window), cut into
   global batches, and this rank's contiguous share of each.
 - `StreamingLoader`: iterates one window after another through ONE DataLoader whose workers
@@ -33,50 +30,10 @@ import torch
 
 from common.batch_arena import SlabRegistry, batch_slab
 
-DAY_SECONDS = 86_400
 
 
 class BatchSource(Protocol):
     def get_batch(self, indices: np.ndarray) -> Any: ...
-
-
-class TimeWindows:
-    """Fixed-length windows over sample timestamps: window w is [origin + w*len, origin + (w+1)*len).
-
-    Samples are grouped by window once (a stable sort of window ids), so looking a window up
-    costs its own size, not a scan of the whole timeline.
-    """
-
-    def __init__(self, timestamps: np.ndarray, *, window_seconds: int = DAY_SECONDS, origin: int = 0) -> None:
-        if window_seconds <= 0:
-            raise ValueError(f"window_seconds must be positive, got {window_seconds}")
-        self.timestamps = np.asarray(timestamps, dtype=np.int64)
-        if self.timestamps.size and int(self.timestamps.min()) < origin:
-            raise ValueError(f"timestamp {int(self.timestamps.min())} precedes the window origin {origin}")
-        self.window_seconds = window_seconds
-        self.origin = origin
-        window_of = (self.timestamps - origin) // window_seconds
-        self._order = np.argsort(window_of, kind="stable")
-        grouped = window_of[self._order]
-        self._keys, self._starts, self._counts = np.unique(grouped, return_index=True, return_counts=True)
-
-    def keys(self) -> list[int]:
-        """Windows that hold at least one sample, in time order."""
-        return [int(k) for k in self._keys]
-
-    def sizes(self) -> dict[int, int]:
-        return {int(k): int(c) for k, c in zip(self._keys, self._counts)}
-
-    def start_time(self, key: int) -> int:
-        return self.origin + key * self.window_seconds
-
-    def indices(self, key: int) -> np.ndarray:
-        """Sample indices in window `key`, in time order (ties by index); empty if none."""
-        pos = int(np.searchsorted(self._keys, key))
-        if pos == len(self._keys) or int(self._keys[pos]) != key:
-            return np.zeros(0, dtype=np.int64)
-        chosen = self._order[self._starts[pos] : self._starts[pos] + self._counts[pos]]
-        return chosen[np.argsort(self.timestamps[chosen], kind="stable")]
 
 
 def rank_share(global_batch: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:

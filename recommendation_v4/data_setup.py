@@ -18,7 +18,8 @@ from common.collectives import run_on_rank0
 from common.config import ConfigError
 from common.distributed import DistInfo
 from common.loop import EvalPoint
-from common.streaming import StreamingLoader, TimeWindows, rank_share, window_batches
+from common.streaming import StreamingLoader, rank_share, window_batches
+from common.time_windows import TimeWindows, index_is_complete, write_index
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
@@ -31,6 +32,21 @@ from recommendation_v4.run_config import DataConfig
 POPULARITY_PRIOR_COUNT = 10.0
 # the eval subset is the same for every run, whatever its training seed
 EVAL_SUBSET_SEED = 20_260_101
+WINDOW_INDEX_DIR = "window_index"
+
+
+class _AnchorTimestamps:
+    """The anchor timestamps of a split as a lazy array: read a slice or a gather at a time."""
+
+    def __init__(self, dataset: YambdaSequenceDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        rows = np.asarray(self.dataset.anchors[key], dtype=np.int64)
+        return np.asarray(self.dataset.data.events["timestamp"][rows], dtype=np.int64)
 
 
 def dataset_dir_for(config: DataConfig) -> pathlib.Path:
@@ -77,8 +93,31 @@ class YambdaData:
         )
 
     def train_windows(self, *, window_seconds: int) -> TimeWindows:
-        """The train samples grouped into time windows (days by default), in time order."""
-        return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
+        """The train samples grouped into time windows (days by default), in time order.
+
+        The index is built once, by rank 0, into the processed directory and memory-mapped by every
+        rank (common.time_windows): per-rank memory does not grow with the dataset or the ranks of
+        a node. A dataset directory that cannot be written gets the in-memory index on every rank.
+        """
+        source = self.train.anchor_source_name()
+        if source is None:
+            return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
+        directory = self.dataset_dir / layout.PROCESSED_DIR / WINDOW_INDEX_DIR / f"{source}-w{window_seconds}"
+        count = len(self.train)
+
+        def build() -> None:
+            if not index_is_complete(directory, count=count, window_seconds=window_seconds, source=source):
+                write_index(directory, timestamps=_AnchorTimestamps(self.train), window_seconds=window_seconds,
+                            source=source)
+
+        try:
+            run_on_rank0(build, shared_errors=(OSError,))
+        except OSError as error:
+            if self.info.is_main:
+                print(f"[data] window index not written under {directory} ({error}); every rank builds it in memory",
+                      flush=True)
+            return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
+        return TimeWindows.open(directory)
 
     def train_window_batches(self, windows: TimeWindows, key: int, *, global_batch_size: int, seed: int) -> list[np.ndarray]:
         return window_batches(

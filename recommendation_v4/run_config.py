@@ -12,7 +12,7 @@ import dataclasses
 import gin
 
 from common.config import ConfigError, require, require_choice, require_int, require_number
-from common.streaming import DAY_SECONDS
+from common.time_windows import DAY_SECONDS
 from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
 from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
 

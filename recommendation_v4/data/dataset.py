@@ -161,6 +161,12 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
         """Rows of all 11 embedding tables this dataset's ids fit in (entity + cross)."""
         return {**self.entity_table_rows, **self.cross_table_rows}
 
+    def anchor_source_name(self) -> str | None:
+        """A name for this split's anchor selection as stored on disk (None: held in memory only)."""
+        if isinstance(self._anchor_source, np.ndarray):
+            return None
+        return f"{self._anchor_source.stem}-n{len(self)}"
+
     def anchor_timestamps(self) -> np.ndarray:
         """Timestamp of every sample's anchor, in sample order."""
         return np.asarray(self.data.events["timestamp"][np.asarray(self.anchors)], dtype=np.int64)

@@ -4,7 +4,8 @@ import time
 import numpy as np
 import pytest
 
-from common.streaming import StreamingLoader, TimeWindows, eval_step_interval, window_batches
+from common.streaming import StreamingLoader, eval_step_interval, window_batches
+from common.time_windows import TimeWindows
 
 
 def test_windows_partition_the_timeline_in_time_order():

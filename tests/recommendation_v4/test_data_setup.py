@@ -1,0 +1,78 @@
+"""DLRM data setup: the train window index is built once into the processed directory and shared."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from common.distributed import DistInfo
+from common.time_windows import TimeWindows
+from recommendation_v4.data import layout
+from recommendation_v4.data_setup import WINDOW_INDEX_DIR, prepare_data
+from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.run_config import DataConfig
+
+SINGLE = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+TINY = layout.synthetic_dataset_name("tiny", 0)
+
+
+@pytest.fixture
+def private_root(tiny_data_root: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A copy of the tiny dataset (raw and processed) this test may change."""
+    shutil.copytree(tiny_data_root / TINY, tmp_path / TINY)
+    return tmp_path
+
+
+def _data(root: pathlib.Path):
+    config = DataConfig(data_root=str(root), dataset=TINY, cross_table_rows=1000)
+    return prepare_data(config=config, model_config=FLAVORS["debug"], info=SINGLE, seed=1)
+
+
+def _same_windows(a: TimeWindows, b: TimeWindows) -> None:
+    assert a.sizes() == b.sizes()
+    for key in a.keys():
+        assert np.array_equal(a.indices(key), b.indices(key))
+
+
+def test_the_window_index_is_written_once_and_equals_the_in_memory_one(private_root: pathlib.Path) -> None:
+    data = _data(private_root)
+    windows = data.train_windows(window_seconds=86_400)
+    index_dirs = list((layout.processed_dir(private_root / TINY) / WINDOW_INDEX_DIR).iterdir())
+    assert [d.name.endswith("-w86400") for d in index_dirs] == [True]
+    assert isinstance(windows._order, np.memmap)
+    _same_windows(windows, TimeWindows(data.train.anchor_timestamps(), window_seconds=86_400))
+    assert sum(windows.sizes().values()) == len(data.train)
+
+    order_file = index_dirs[0] / "order.npy"
+    written = order_file.stat().st_mtime_ns
+    _same_windows(_data(private_root).train_windows(window_seconds=86_400), windows)  # a second run reads it
+    assert order_file.stat().st_mtime_ns == written
+
+    hours = data.train_windows(window_seconds=3_600)  # another window length: its own index
+    assert len(list(index_dirs[0].parent.iterdir())) == 2
+    _same_windows(hours, TimeWindows(data.train.anchor_timestamps(), window_seconds=3_600))
+
+
+def test_a_torn_index_is_rebuilt(private_root: pathlib.Path) -> None:
+    data = _data(private_root)
+    del data.train_windows(window_seconds=86_400)._order  # unmapped before the file is damaged below
+    (index_dir,) = (layout.processed_dir(private_root / TINY) / WINDOW_INDEX_DIR).iterdir()
+    (index_dir / "index.json").unlink()  # what a directory without its last write looks like
+    (index_dir / "order.npy").write_bytes(b"torn")
+    rebuilt = data.train_windows(window_seconds=86_400)
+    _same_windows(rebuilt, TimeWindows(data.train.anchor_timestamps(), window_seconds=86_400))
+    assert (index_dir / "index.json").is_file()
+
+
+def test_an_unwritable_index_directory_falls_back_to_the_in_memory_index(private_root: pathlib.Path, capsys) -> None:
+    data = _data(private_root)
+    # a file where the index directory goes: creating it fails as a read-only dataset would, even for root
+    (layout.processed_dir(private_root / TINY) / WINDOW_INDEX_DIR).write_text("")
+    windows = data.train_windows(window_seconds=86_400)
+    assert not isinstance(windows._order, np.memmap)
+    assert "window index not written" in capsys.readouterr().out
+    _same_windows(windows, TimeWindows(data.train.anchor_timestamps(), window_seconds=86_400))
