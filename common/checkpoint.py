@@ -36,6 +36,13 @@ silently starting over. Loading restores every rank's RNG states.
 Without ``verify_checksums`` a flipped bit inside a tensor payload goes unnoticed (DCP
 checks no CRC); with it every rank CRCs the files it wrote at save time and the ranks
 share the verification at load time, which reads the checkpoint once more.
+
+``load_latest(app_state, adapt=fn)`` lets a benchmark look at each candidate before DCP
+loads it: ``fn(path, dcp_metadata, app_state)`` (called on every rank together, so it may
+use collectives) returns an ``AdaptedLoad`` (the app_state to load, possibly reshaped for
+the saved layout, and what to run once it has loaded) or raises ``ConfigError`` when this
+run's configuration cannot take the checkpoint. That error ends the load on every rank
+instead of falling back: an older checkpoint of the same run would not fit either.
 """
 
 from __future__ import annotations
@@ -46,13 +53,15 @@ import os
 import shutil
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata
 
 from common.checkpoint_io import (
     SafeFileSystemReader,
@@ -69,6 +78,7 @@ from common.collectives import all_ranks_true, strings_from_rank0, value_from_ra
 from common.rng import capture_generator, capture_rng_state, restore_generator, restore_rng_state
 
 __all__ = [
+    "AdaptedLoad",
     "CheckpointFallbackWarning",
     "CheckpointLoadError",
     "CheckpointManager",
@@ -103,6 +113,17 @@ def _restore_generators(live: Mapping[str, torch.Generator], saved: Mapping[str,
     for key, generator in live.items():
         if key in saved:
             restore_generator(generator, saved[key])
+
+
+@dataclass(frozen=True)
+class AdaptedLoad:
+    """A benchmark's answer to a candidate checkpoint (see ``load_latest``'s ``adapt``)."""
+
+    app_state: Mapping[str, Any]  # what DCP loads into: the live app_state or a variant of it
+    after_load: Optional[Callable[[], None]] = None  # runs on every rank once DCP has loaded
+
+
+LoadAdapter = Callable[[Path, Metadata, Mapping[str, Any]], AdaptedLoad]
 
 
 class CheckpointLoadError(RuntimeError):
@@ -315,12 +336,16 @@ class CheckpointManager:
 
     # ---------------------------------------------------------------------- load
     def load_latest(
-        self, app_state: Mapping[str, Any], *, generators: Mapping[str, torch.Generator] | None = None
+        self,
+        app_state: Mapping[str, Any],
+        *,
+        generators: Mapping[str, torch.Generator] | None = None,
+        adapt: LoadAdapter | None = None,
     ) -> Optional[dict[str, Any]]:
         """Load the newest loadable checkpoint into ``app_state``; its metadata, or None.
 
         The global generators and the named ``generators`` get back the states they had on
-        this rank when the checkpoint was saved.
+        this rank when the checkpoint was saved. ``adapt``: see the module docstring.
         """
         self.loaded_path = None
         with torch.profiler.record_function("## checkpoint_load ##"):
@@ -330,7 +355,7 @@ class CheckpointManager:
             failures: list[str] = []
             for checkpoint_name in names:
                 path = self.root / checkpoint_name
-                metadata, reason = self._try_load(path, app_state, generators or {})
+                metadata, reason = self._try_load(path, app_state, generators or {}, adapt)
                 if metadata is not None:
                     self.loaded_path = path
                     if world_rank() == 0:
@@ -351,8 +376,15 @@ class CheckpointManager:
             return None
 
     def _try_load(
-        self, path: Path, app_state: Mapping[str, Any], generators: Mapping[str, torch.Generator]
+        self,
+        path: Path,
+        app_state: Mapping[str, Any],
+        generators: Mapping[str, torch.Generator],
+        adapt: LoadAdapter | None = None,
     ) -> tuple[Optional[dict], str]:
+        after_load = None
+        if adapt is not None:
+            app_state, after_load = self._adapted(path, app_state, adapt)
         reason = "failed on another rank"
         prepared = None
         try:
@@ -369,6 +401,8 @@ class CheckpointManager:
                 warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
                 dcp.load(plan.flat, storage_reader=SafeFileSystemReader(path))
             plan.finish()
+            if after_load is not None:
+                after_load()
             loaded = True
         except (Exception, CheckpointException) as error:  # noqa: BLE001 - DCP's derives from BaseException
             reason = _describe(error)
@@ -378,6 +412,28 @@ class CheckpointManager:
             restore_rng_state(rank_payload["rng"])
             _restore_generators(generators, rank_payload.get("generators", {}), where=path)
         return user_metadata, ""
+
+    @staticmethod
+    def _adapted(
+        path: Path, app_state: Mapping[str, Any], adapt: LoadAdapter
+    ) -> tuple[Mapping[str, Any], Optional[Callable[[], None]]]:
+        """The benchmark's look at ``path`` before anything loads (every rank together)."""
+        metadata: Optional[Metadata] = None
+        try:
+            metadata = read_dcp_metadata(path)
+        except Exception:  # noqa: BLE001 - the ordinary load below reports and falls back
+            pass
+        if not all_ranks_true(metadata is not None):
+            return app_state, None  # unreadable: the adapter is skipped on every rank alike
+        error: Optional[BaseException] = None
+        adapted: Optional[AdaptedLoad] = None
+        try:
+            adapted = adapt(path, metadata, app_state)
+        except Exception as caught:  # noqa: BLE001 - raised on every rank below, no fallback
+            error = caught
+        _agree_or_raise(error, f"checking checkpoint {path} against this run")
+        assert adapted is not None
+        return adapted.app_state, adapted.after_load
 
     def _prepare_load(self, path: Path, app_state: Mapping[str, Any]) -> tuple[LoadPlan, Optional[dict], Any]:
         """(the DCP load plan, this rank's saved RNG payload or None, the caller's metadata)."""

@@ -26,6 +26,8 @@ from typing import Callable, Sequence, TypeVar
 import torch
 import torch.distributed as dist
 
+from common.distributed import preparation_group
+
 T = TypeVar("T")
 
 
@@ -95,18 +97,21 @@ def broadcast_int(value: int) -> int:
     return int(tensor.item())
 
 
-def strings_from_rank0(strings: Sequence[str]) -> list[str]:
-    """Rank 0's list of strings on every rank (JSON bytes in a tensor, no pickling)."""
+def strings_from_rank0(strings: Sequence[str], *, group: dist.ProcessGroup | None = None) -> list[str]:
+    """Rank 0's list of strings on every rank (JSON bytes in a tensor, no pickling).
+
+    `group`: a gloo group of every rank to broadcast in (CPU tensors); None: the default group.
+    """
     if not is_distributed():
         return list(strings)
     payload = json.dumps(list(strings)).encode("utf-8") if world_rank() == 0 else b""
-    device = collective_device()
+    device = collective_device() if group is None else torch.device("cpu")
     length = torch.tensor([len(payload)], dtype=torch.int64, device=device)
-    dist.broadcast(length, src=0)
+    dist.broadcast(length, src=0, group=group)
     buffer = torch.zeros(int(length.item()), dtype=torch.uint8, device=device)
     if world_rank() == 0:
         buffer.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
-    dist.broadcast(buffer, src=0)
+    dist.broadcast(buffer, src=0, group=group)
     return json.loads(buffer.cpu().numpy().tobytes().decode("utf-8"))
 
 
@@ -121,6 +126,10 @@ def run_on_rank0(fn: Callable[[], T], *, shared_errors: Sequence[type[BaseExcept
     0's message (so a config or data error exits the same way everywhere); any other exception
     is re-raised on rank 0 and becomes a ``Rank0Error`` on the others, instead of leaving them at
     a barrier until the process-group timeout. Returns ``fn()``'s result on rank 0, None elsewhere.
+
+    The other ranks wait in `common.distributed.preparation_group()` when there is one, so rank
+    0 may take up to `common.RunConfig.data_preparation_timeout_s`, not just the process-group
+    timeout.
     """
     classes = list(shared_errors)
     result: T | None = None
@@ -134,7 +143,7 @@ def run_on_rank0(fn: Callable[[], T], *, shared_errors: Sequence[type[BaseExcept
             index = next((i for i, cls in enumerate(classes) if isinstance(error, cls)), None)
             code = "other" if index is None else str(index)
             message = str(error) or type(error).__name__
-    code, message = strings_from_rank0([code, message])
+    code, message = strings_from_rank0([code, message], group=preparation_group())
     if failure is not None:
         raise failure
     if code == "other":

@@ -118,6 +118,7 @@ def load_gin(gin_files: Sequence[str | Path], bindings: Sequence[str] = ()) -> L
     # every trainer's files bind the common configurables: register them before parsing
     import common.checkpoint_policy  # noqa: F401
     import common.run_config  # noqa: F401
+    import common.tracing  # noqa: F401  (common.TraceConfig)
 
     files = tuple(Path(f) for f in gin_files)
     for path in files:

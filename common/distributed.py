@@ -69,8 +69,25 @@ def select_device(local_rank: int, requested: str = "auto") -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def init_distributed(*, device: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Sets this process's device, then creates the default process group (idempotent)."""
+# A CPU (gloo) group of every rank whose collectives may wait longer than the default group's
+# timeout: the other ranks wait in it while rank 0 generates or preprocesses a dataset (Yambda-5b
+# takes about an hour), so the process-group timeout can stay short for the training collectives.
+_PREPARATION_GROUP: dist.ProcessGroup | None = None
+
+
+def preparation_group() -> dist.ProcessGroup | None:
+    """The group `common.collectives.run_on_rank0` waits in; None without one (then the default group)."""
+    return _PREPARATION_GROUP
+
+
+def init_distributed(*, device: str = "auto", timeout_s: float = 1800.0,
+                     preparation_timeout_s: float | None = None) -> DistInfo:
+    """Sets this process's device, then creates the default process group (idempotent).
+
+    `preparation_timeout_s`: how long ranks may wait for rank 0's data preparation (a separate
+    gloo group with that timeout); None: as long as any other collective (`timeout_s`).
+    """
+    global _PREPARATION_GROUP
     rank, world, local_rank, local_world = launch_topology()
     dev = select_device(local_rank, device)
     if dev.type == "cuda":
@@ -89,11 +106,15 @@ def init_distributed(*, device: str = "auto", timeout_s: float = 1800.0) -> Dist
                 )
             kwargs = {"device_id": dev} if dev.type == "cuda" else {}
             dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kwargs)
+    if preparation_timeout_s is not None and world > 1 and _PREPARATION_GROUP is None:
+        _PREPARATION_GROUP = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=preparation_timeout_s))
     info = DistInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world, device=dev, backend=backend)
     logger.info("distributed: rank %d/%d local %d on %s (%s)", rank, world, local_rank, dev, backend)
     return info
 
 
 def destroy() -> None:
+    global _PREPARATION_GROUP
+    _PREPARATION_GROUP = None  # destroy_process_group takes every group down with the default one
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 
@@ -42,6 +42,7 @@ from common.preemption import PreemptionHandler, agree_at_step_boundary
 from common.random_streams import RandomStreams
 from common.schedules import LearningRateSchedule, apply_learning_rate
 from common.streaming import StreamingLoader
+from common.tracing import StepTracer
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class StepOutput:
     loss: torch.Tensor  # detached scalar (the global mean for multi-rank runs)
     samples: int  # global samples consumed by this step
     sample_ids: torch.Tensor | None = None  # this rank's sample ids (for the resume audit log)
+    data_wait_s: float | None = None  # a task that pulls its own batches: the part of the step spent waiting for them
 
 
 @dataclasses.dataclass
@@ -91,6 +93,20 @@ class BenchmarkTask(Protocol):
         ...
 
 
+class BatchPullingTask(BenchmarkTask, Protocol):
+    """A task that takes its batches from the window's iterator itself: when it has `train_next`, the
+    loop calls it instead of `next(batches)` + `train_step`, so that a pipeline can fetch the next
+    batches while this one trains (TorchRec's TrainPipelineSparseDist does).
+
+    `train_next` trains the oldest batch it has pulled and not trained yet and returns that batch's
+    index in the window with its output; it raises StopIteration when the window has no batch left.
+    The loop's position (what a checkpoint records) counts trained batches, so batches pulled ahead
+    and not trained are read again after a resume. Its evaluation must not be disturbed by them.
+    """
+
+    def train_next(self, batches: Iterator[tuple[int, Any]], step: StepContext) -> tuple[int, StepOutput]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
     max_steps: int = 0  # 0 = until the windows run out
@@ -98,6 +114,7 @@ class LoopConfig:
     first_eval_step: int = 0  # grid points before this are skipped (MLPerf closed dlrmv4)
     eval_at_end: bool = True
     log_every_steps: int = 50
+    mllog_train_loss_every_steps: int = 0  # a train_loss event in the MLPerf log every this many steps; 0: none
     target_quality: float | None = None  # stop once an evaluation reaches it
     higher_is_better: bool = True  # False: the quality is a loss, reached when <= target
 
@@ -160,8 +177,11 @@ class TrainLoop:
         mllog_position: Callable[[TrainingProgress], Mapping[str, int]] | None = None,
         preemption: PreemptionHandler | None = None,
         sample_log: SampleAuditLog | None = None,
+        tracer: StepTracer | None = None,
     ) -> None:
         self.task = task
+        self.tracer = tracer
+        self._traced_step = -1  # the step whose step_begins the tracer was last told of
         self.config = config
         self.loader = loader
         self.windows = list(windows)
@@ -223,23 +243,35 @@ class TrainLoop:
     def _train_window(self, key: int, next_key: int | None, skip: int) -> str | None:
         """Trains one window; returns why it stopped early ("preempted", "target", "budget") or None."""
         batches = self.loader.iterate(key, skip=skip, next_key=next_key)
+        train_next = getattr(self.task, "train_next", None)  # BatchPullingTask
         window_start = time.perf_counter()
         window_samples, window_wait = 0, 0.0
         while True:
             if self.config.max_steps and self.progress.global_step >= self.config.max_steps:
                 return "budget"  # e.g. resumed from a checkpoint taken at the last step
+            self._trace_step_begins()
             t0 = time.perf_counter()
-            try:
-                batch_idx, batch = next(batches)
-            except StopIteration:
-                return None
-            t1 = time.perf_counter()
             p = self.progress
-            lr = self._set_learning_rate(p.global_step)
-            out = self.task.train_step(batch, StepContext(step=p.global_step, lr=lr))
+            if train_next is None:
+                try:
+                    batch_idx, batch = next(batches)
+                except StopIteration:
+                    return None
+                t1 = time.perf_counter()
+                lr = self._set_learning_rate(p.global_step)
+                out = self.task.train_step(batch, StepContext(step=p.global_step, lr=lr))
+            else:
+                lr = self._set_learning_rate(p.global_step)
+                try:
+                    batch_idx, out = train_next(batches, StepContext(step=p.global_step, lr=lr))
+                except StopIteration:
+                    return None
+                t1 = t0 + (out.data_wait_s or 0.0)
             loss = float(out.loss)
             t2 = time.perf_counter()
             p.global_step += 1
+            if self.tracer is not None:
+                self.tracer.step_ends(p.global_step)
             p.samples_seen += out.samples
             p.window_key, p.batch_idx_in_window = key, batch_idx + 1
             window_samples += out.samples
@@ -256,6 +288,9 @@ class TrainLoop:
             if lr is not None:
                 record["lr"] = lr
             self.metrics.write(record)
+            every = self.config.mllog_train_loss_every_steps
+            if self.tracker is not None and every and p.global_step % every == 0:
+                self.tracker.train_loss(loss, step=p.global_step, **self.mllog_position(p))
             if self.sample_log is not None and out.sample_ids is not None:
                 self.sample_log.write(p.global_step, out.sample_ids)
             if p.global_step % self.config.log_every_steps == 0:
@@ -287,6 +322,14 @@ class TrainLoop:
                     saved = "checkpoint saved" if reason is not None else "checkpointing is off: nothing saved"
                     print(f"[preempt] stop requested: leaving at step {p.global_step} ({saved})", flush=True)
                 return "preempted"
+
+    def _trace_step_begins(self) -> None:
+        """Tells the tracer the next step begins (its data wait included), once per step: a window
+        that ends right after it begins the same step again in the next window."""
+        step = self.progress.global_step + 1
+        if self.tracer is not None and self._traced_step != step:
+            self._traced_step = step
+            self.tracer.step_begins(step)
 
     def _set_learning_rate(self, step: int) -> float | None:
         if self.lr_schedule is None:

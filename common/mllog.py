@@ -93,6 +93,8 @@ _POSITIVE_INT_NAMES = {
 # Stack depth from mllog's caller lookup to the code that called a public tracker method:
 # get_caller <- _log_helper <- start/end/event <- _emit <- public method <- caller.
 _CALLER_STACK_OFFSET = 3
+# mlperf_logging has no constant for it; the MLPerf references that log a training loss use this key
+TRAIN_LOSS_KEY = "train_loss"
 _logger_ids = itertools.count()
 
 
@@ -253,6 +255,13 @@ class MLPerfTracker:
     def eval_stop(self, *, samples_count: Optional[int] = None, epoch_num: Optional[int] = None) -> None:
         self._require_running("eval_stop")
         self._emit("end", mllog_constants.EVAL_STOP, metadata=_position(samples_count, epoch_num, "eval_stop"))
+
+    def train_loss(self, value: float, *, step: int, samples_count: Optional[int] = None,
+                   epoch_num: Optional[int] = None) -> None:
+        """The training loss at a step (an event the rules allow and do not check: progress to read)."""
+        self._require_running("train_loss")
+        metadata = {"step": int(step), **_position(samples_count, epoch_num, "train_loss")}
+        self._emit("event", TRAIN_LOSS_KEY, float(value), metadata=metadata)
 
     def run_stop(self, *, success: bool, samples_count: Optional[int] = None,
                  epoch_num: Optional[int] = None) -> None:

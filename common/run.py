@@ -44,6 +44,7 @@ from common.run_config import RunConfig, Submission, read_run_config
 from common.rundir import make_run_dir
 from common.schedules import LearningRateSchedule
 from common.streaming import StreamingLoader
+from common.tracing import StepTracer, TraceConfig, configured_trace_config
 from common.warnings_filter import quiet_known_library_noise
 
 EXIT_CONFIG_ERROR = 2
@@ -129,13 +130,15 @@ def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | 
         run_cfg = read_run_config(loaded.env_macros)
         submission = Submission()
         policy = configured_checkpoint_policy(env_ckpt_path=str(loaded.env_macros["CKPT_PATH"]))
+        trace = configured_trace_config()
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    info = init_distributed(device=run_cfg.device, timeout_s=run_cfg.process_group_timeout_s)
+    info = init_distributed(device=run_cfg.device, timeout_s=run_cfg.process_group_timeout_s,
+                            preparation_timeout_s=run_cfg.data_preparation_timeout_s)
     try:
         _Run(benchmark, configs=configs, run_cfg=run_cfg, submission=submission, policy=policy, info=info,
-             config_file=Path(args.gin_config[-1]).name).execute()
+             config_file=Path(args.gin_config[-1]).name, trace=trace).execute()
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -151,8 +154,8 @@ class _Run:
     """One launch of a trainer: the steps of the module docstring, each a method."""
 
     def __init__(self, benchmark: Benchmark, *, configs: Any, run_cfg: RunConfig, submission: Submission, policy,
-                 info: DistInfo, config_file: str) -> None:
-        self.benchmark, self.configs, self.run_cfg = benchmark, configs, run_cfg
+                 info: DistInfo, config_file: str, trace: TraceConfig = TraceConfig()) -> None:
+        self.benchmark, self.configs, self.run_cfg, self.trace = benchmark, configs, run_cfg, trace
         self.submission, self.policy, self.info, self.config_file = submission, policy, info, config_file
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
@@ -196,7 +199,9 @@ class _Run:
     def _resume(self, plan: TrainingPlan, ctx: RunContext) -> TrainingProgress:
         if not self.resuming:
             return TrainingProgress()
-        metadata = self.checkpoints.load_latest(plan.task.app_state(), generators=ctx.streams.generators())
+        # a task may check (and adapt its state to) each candidate before it loads: `adapt_checkpoint`
+        metadata = self.checkpoints.load_latest(plan.task.app_state(), generators=ctx.streams.generators(),
+                                                adapt=getattr(plan.task, "adapt_checkpoint", None))
         progress = TrainingProgress.from_json(metadata, source=str(self.checkpoints.loaded_path))
         self.tracker.load_state_dict(progress.mlperf)
         where = ", ".join(f"{k} {v}" for k, v in self._position(plan, progress).items())
@@ -227,9 +232,13 @@ class _Run:
             self._evaluate_untrained(plan, ctx, metrics, progress)
         preemption = PreemptionHandler().install()
         self._closing.callback(preemption.uninstall)
+        # closed (an open window written) on every way out: the end, preemption, an error
+        tracer = StepTracer(self.trace, run_dir=ctx.run_dir, rank=self.info.rank, device=self.info.device)
+        self._closing.callback(tracer.close)
         loop = TrainLoop(
             task=plan.task,
-            config=dataclasses.replace(plan.loop, max_steps=self.run_cfg.max_steps, log_every_steps=self.run_cfg.log_every_steps),
+            config=dataclasses.replace(plan.loop, max_steps=self.run_cfg.max_steps, log_every_steps=self.run_cfg.log_every_steps,
+                                       mllog_train_loss_every_steps=self.run_cfg.mllog_train_loss_every_steps),
             loader=plan.loader,
             windows=plan.windows,
             metrics=metrics,
@@ -244,6 +253,7 @@ class _Run:
             mllog_position=plan.mllog_position,
             preemption=preemption,
             sample_log=sample_log,
+            tracer=tracer,
         )
         self.loop_started = time.perf_counter()
         return loop.run()

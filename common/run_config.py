@@ -26,18 +26,21 @@ class RunConfig:
     device: str = "auto"  # auto: this process's GPU when there is one, else the CPU
     max_steps: int = 0  # 0: until the schedule ends (or the quality target is reached)
     log_every_steps: int = 50  # a progress line every this many steps
+    mllog_train_loss_every_steps: int = 100  # a train_loss event in mllog.log every this many steps; 0: none
     log_sample_ids: bool = False  # per-rank audit log of the samples every step trained
     num_threads: int = 0  # intra-op CPU threads; 0 leaves torch's default
-    process_group_timeout_s: float = 1800.0  # how long a collective may wait (rank 0's data preparation too)
+    process_group_timeout_s: float = 1800.0  # how long a training collective may wait
+    # how long the other ranks wait for rank 0 to generate or preprocess the dataset (Yambda-5b: ~1 h)
+    data_preparation_timeout_s: float = 6 * 3600.0
     check_compliance: bool = True  # run the official MLPerf checker on the log at the end
 
     def __post_init__(self) -> None:
         if self.seed is not None:
             require(self, "seed", isinstance(self.seed, int) and not isinstance(self.seed, bool), "an int")
         require_choice(self, "device", DEVICES)
-        require_int(self, "max_steps", "num_threads", minimum=0)
+        require_int(self, "max_steps", "num_threads", "mllog_train_loss_every_steps", minimum=0)
         require_int(self, "log_every_steps", minimum=1)
-        require_number(self, "process_group_timeout_s", minimum=0, strictly=True)
+        require_number(self, "process_group_timeout_s", "data_preparation_timeout_s", minimum=0, strictly=True)
         for name in ("log_sample_ids", "check_compliance"):
             require(self, name, isinstance(getattr(self, name), bool), "True or False")
 

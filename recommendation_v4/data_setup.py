@@ -23,7 +23,7 @@ from common.time_windows import TimeWindows, index_is_complete, write_index
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.preprocess import ensure_processed
+from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split
 from recommendation_v4.data.synthetic import ensure_synthetic
 from recommendation_v4.model.config import HSTUModelConfig, reference_table_rows
 from recommendation_v4.run_config import DataConfig
@@ -66,7 +66,23 @@ def materialise(config: DataConfig) -> pathlib.Path:
         if kind["kind"] == "synthetic" and config.generate_if_missing:
             ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]))
         schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
-        ensure_processed(dataset_dir)
+        split = SplitConfig(test_day=config.test_day)
+        other = other_split(dataset_dir, split)
+        if other is not None:
+            # someone preprocessed this split on purpose: replacing it silently would train on another one
+            raise ConfigError(
+                f"recommendation_v4.DataConfig.test_day={config.test_day}: {layout.processed_dir(dataset_dir)} "
+                f"was built with {other}; bind the test day it was built with, or rebuild it with "
+                f"`python -m recommendation_v4.data.preprocess --dataset-dir {dataset_dir} --force"
+                f"{'' if config.test_day is None else f' --test-day {config.test_day}'}`")
+
+        def announce(reason: str) -> None:
+            print(f"[data] preprocessing {dataset_dir} ({reason}); the other ranks wait for it. For a large "
+                  f"dataset run `python -m recommendation_v4.data.preprocess --dataset-dir {dataset_dir}"
+                  f"{'' if config.test_day is None else f' --test-day {config.test_day}'}` ahead of training",
+                  flush=True)
+
+        ensure_processed(dataset_dir, config=split, progress=True, announce=announce)
 
     run_on_rank0(prepare, shared_errors=(ConfigError, schema.DatasetError))
     return dataset_dir

@@ -9,8 +9,21 @@ from common.compliance import DATASET, RECIPE, TARGET, KnownRule
 from common.config import ConfigError
 from common.streaming import eval_step_interval
 from recommendation_v4.model.config import HSTUModelConfig
-from recommendation_v4.run_config import StreamingConfig, TrainConfig
-from recommendation_v4.sharding import SparseOptimizerConfig
+from recommendation_v4.run_config import CLOSED_RULES, StreamingConfig, TrainConfig
+from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
+
+
+# The closed rules' start of measurement (training_6.1.0/closed_dlrmv4.yaml): the earliest
+# convergence of the reference sweep for a global batch size, as a linear fit in samples less a
+# two-block margin, floor((4480 * GBS + 135,331,840) / 3), resolved up onto the eval grid.
+_FIRST_EVAL_SLOPE, _FIRST_EVAL_INTERCEPT, _FIRST_EVAL_DIVISOR = 4480, 135_331_840, 3
+
+
+def closed_rules_first_grid_point(*, global_batch_size: int, eval_every_steps: int) -> int:
+    """The eval grid point (1-based block) the closed dlrmv4 rules require the first evaluation at."""
+    interval_samples = eval_every_steps * global_batch_size
+    threshold = (_FIRST_EVAL_SLOPE * global_batch_size + _FIRST_EVAL_INTERCEPT) // _FIRST_EVAL_DIVISOR
+    return -(-threshold // interval_samples)  # ceil, in integers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +32,7 @@ class Schedule:
     train_samples: int
     eval_every_steps: int
     first_eval_step: int
+    first_eval_grid_point: int = 0
 
 
 def plan_schedule(*, cfg: TrainConfig, stream: StreamingConfig, sizes: dict[int, int]) -> Schedule:
@@ -42,11 +56,20 @@ def plan_schedule(*, cfg: TrainConfig, stream: StreamingConfig, sizes: dict[int,
         every = eval_step_interval(
             eval_every_data_pct=stream.eval_every_data_pct, train_samples=train_samples, global_batch_size=cfg.global_batch_size
         )
-    return Schedule(windows=keys, train_samples=train_samples, eval_every_steps=every, first_eval_step=every * stream.first_eval_at_grid_point)
+    point = stream.first_eval_at_grid_point
+    if point == CLOSED_RULES:
+        if not every:
+            raise ConfigError(
+                f'recommendation_v4.StreamingConfig.first_eval_at_grid_point="{CLOSED_RULES}" needs an eval grid: '
+                "set recommendation_v4.StreamingConfig.eval_every_data_pct")
+        point = closed_rules_first_grid_point(global_batch_size=cfg.global_batch_size, eval_every_steps=every)
+    return Schedule(windows=keys, train_samples=train_samples, eval_every_steps=every, first_eval_step=every * point,
+                    first_eval_grid_point=point)
 
 
 def mllog_hyperparameters(*, cfg: TrainConfig, mcfg: HSTUModelConfig, sparse: SparseOptimizerConfig, stream: StreamingConfig,
-                          schedule: Schedule, eval_samples: int, seed: int, config_file: str) -> dict:
+                          sharding: ShardingConfig, schedule: Schedule, eval_samples: int, seed: int,
+                          config_file: str) -> dict:
     precision = "bfloat16" if cfg.bf16 else "fp32"
     return {
         "global_batch_size": cfg.global_batch_size,
@@ -70,7 +93,8 @@ def mllog_hyperparameters(*, cfg: TrainConfig, mcfg: HSTUModelConfig, sparse: Sp
         "warmup_start_lr": 0.0,
         "precision_linear": precision,
         "precision_attn": precision,
-        "precision_comm": "fp32",  # the embedding all-to-alls and the dense all-reduce move fp32
+        # the lowest of what the embedding all-to-alls move each way (qcomms.py); the dense all-reduce is fp32
+        "precision_comm": sharding.comm_precision_for_mllog,
         "tensor_parallelism": 1,
         "pipeline_parallelism": 1,
         "context_parallelism": 1,

@@ -17,7 +17,10 @@ from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
 from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
 
 KERNELS = ("PYTORCH", "TRITON")
+CLOSED_RULES = "closed_rules"  # StreamingConfig.first_eval_at_grid_point derived as the closed rules do
 EVAL_MODES = ("holdout", "next_window")
+# recommendation_v4/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
+TRAIN_PIPELINES = ("auto", "sparse_dist", "plain")
 
 
 @gin.configurable(module="recommendation_v4")
@@ -37,9 +40,11 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip_norm: float = 1.0
     target_auc: float | None = None
+    train_pipeline: str = "auto"  # TRAIN_PIPELINES
 
     def __post_init__(self) -> None:
         require_choice(self, "kernel", KERNELS)
+        require_choice(self, "train_pipeline", TRAIN_PIPELINES)
         require_int(self, "global_batch_size", "eval_batch_size", minimum=1)
         require_int(self, "eval_every_steps", "warmup_steps", minimum=0)
         require_number(self, "learning_rate", minimum=0.0, strictly=True)
@@ -67,6 +72,9 @@ class DataConfig:
     history_length: int | None = None  # None: the model flavor's
     min_history: int = 5
     num_workers: int = 1
+    eval_num_workers: int = 1  # processes building evaluation batches (0: in the trainer process)
+    # the held-out test day (day index, timestamp // 86400); None: the last day, as the reference
+    test_day: int | None = None
     test_day_max_samples: int = 0  # a fixed subset of the test day's samples; 0 = all of them
     generate_if_missing: bool = True
     # None: the reference sizes; an int: that many rows for each of the 7 hashed cross tables
@@ -78,7 +86,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
         require_int(self, "min_history", minimum=1)
-        require_int(self, "num_workers", "test_day_max_samples", minimum=0)
+        require_int(self, "num_workers", "eval_num_workers", "test_day_max_samples", minimum=0)
+        if self.test_day is not None:
+            require_int(self, "test_day", minimum=0)
         if self.history_length is not None:
             require_int(self, "history_length", minimum=1)
         if self.cross_table_rows is not None:
@@ -99,11 +109,15 @@ class StreamingConfig:
     eval_every_data_pct: float = 0.0  # MLPerf eval grid: ceil(pct * train_samples / GBS) steps
     eval_at_window_end: bool = False
     next_window_max_samples: int = 0  # next_window mode: a fixed subset of each eval window (0 = all)
-    first_eval_at_grid_point: int = 0  # skip grid evaluations before this grid point (MLPerf closed)
+    # grid evaluations before this grid point are skipped; "closed_rules": the point MLPerf's closed
+    # dlrmv4 rules derive from the global batch size (25 / 31 / 41 at GBS 8192 / 16384 / 32768)
+    first_eval_at_grid_point: int | str = 0
 
     def __post_init__(self) -> None:
         require_int(self, "window_seconds", minimum=1)
-        require_int(self, "start_window", "num_windows", "next_window_max_samples", "first_eval_at_grid_point", minimum=0)
+        require_int(self, "start_window", "num_windows", "next_window_max_samples", minimum=0)
+        if self.first_eval_at_grid_point != CLOSED_RULES:
+            require_int(self, "first_eval_at_grid_point", minimum=0)
         require_choice(self, "eval_mode", EVAL_MODES)
         require(self, "eval_every_data_pct", 0 <= self.eval_every_data_pct <= 1, "in [0, 1]")
 

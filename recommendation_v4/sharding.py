@@ -4,7 +4,8 @@
     -> EmbeddingShardingPlanner(Topology) -> DistributedModelParallel
     -> dense Adam + CombinedOptimizer
 
-Per-table sharding types and placements come from gin (`ShardingConfig`).
+Per-table sharding types and placements come from gin (`ShardingConfig`), and so does the
+precision of the embedding all-to-alls (qcomms.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from common.config import ConfigError, require, require_choice, require_number
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
+from recommendation_v4.qcomms import COMM_PRECISIONS, embedding_qcomm_codecs, lowest_comm_precision
+from recommendation_v4.resharding import RESHARD_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,12 @@ class ShardingConfig:
     sharding_overrides / placement_overrides map a table name to a sharding type
     (SHARDING_TYPES) / placement (hbm | uvm | uvm_caching | auto). `default_sharding_type`
     applies to tables without an override (None lets the planner choose).
+
+    comm_forward_precision / comm_backward_precision: what the embedding all-to-alls move
+    (fp32 | fp16 | bf16; bf16 is not enabled on CPU/gloo and is refused there).
+    sparse_optimizer_on_reshard: what a resume does when the checkpoint's RowWiseAdagrad state
+    has another layout than this plan's (column-wise sharding keeps one accumulator per row and
+    column shard): "fail" (default), "convert" or "reset" (resharding.py).
     """
 
     hbm_cap_gb: float = 80.0
@@ -61,9 +70,20 @@ class ShardingConfig:
         require(self, "storage_reservation_pct", 0 <= self.storage_reservation_pct < 1, "in [0, 1)")
         if self.default_sharding_type is not None:
             require_choice(self, "default_sharding_type", SHARDING_TYPES)
+        require_choice(self, "comm_forward_precision", COMM_PRECISIONS)
+        require_choice(self, "comm_backward_precision", COMM_PRECISIONS)
+        require_choice(self, "sparse_optimizer_on_reshard", RESHARD_POLICIES)
     default_sharding_type: str | None = None
     sharding_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
     placement_overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    comm_forward_precision: str = "fp32"
+    comm_backward_precision: str = "fp32"
+    sparse_optimizer_on_reshard: str = "fail"
+
+    @property
+    def comm_precision_for_mllog(self) -> str:
+        """lowest_numerical_precision_in_comm: the lower of the two all-to-all precisions."""
+        return lowest_comm_precision(forward=self.comm_forward_precision, backward=self.comm_backward_precision)
 
 
 @gin.configurable(module="recommendation_v4")
@@ -149,7 +169,11 @@ def shard_model(
     constraints = table_constraints(
         table_names=_embedding_table_names(model), config=sharding, device_type=device.type
     )
-    sharders = [EmbeddingCollectionSharder()]
+    # the same sharders plan and shard, so the planner costs the quantized all-to-alls
+    qcomm_codecs = embedding_qcomm_codecs(
+        forward=sharding.comm_forward_precision, backward=sharding.comm_backward_precision, device=device
+    )
+    sharders = [EmbeddingCollectionSharder(qcomm_codecs_registry=qcomm_codecs)]
     # an explicit reservation: TorchRec's default (heuristical) one mis-estimates dense tensors
     # that are not materialised yet and says so on every run
     reservation = FixedPercentageStorageReservation(percentage=sharding.storage_reservation_pct)

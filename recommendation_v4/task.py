@@ -15,6 +15,7 @@ from common.collectives import all_reduce_mean
 from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
+from recommendation_v4.resharding import adapt_sparse_optimizer_state
 
 
 def global_max_sequence_length(model: DlrmHSTU, batch: HSTUBatch) -> int:
@@ -37,6 +38,7 @@ class DlrmTask:
     world_size: int
     grad_clip_norm: float
     eval_batches: Callable[[EvalPoint], Iterable[tuple[int, HSTUBatch]]]  # (index, batch) of the evaluation at a point
+    reshard_sparse_optimizer: str = "fail"  # recommendation_v4.ShardingConfig.sparse_optimizer_on_reshard
 
     def __post_init__(self) -> None:
         self._dense = dict(self.optimizer.optimizers)["dense"]
@@ -57,6 +59,12 @@ class DlrmTask:
             "sparse_optim": self.dmp.fused_optimizer.state_dict(),
             "dense_optim": self._dense._optimizer,
         }
+
+    def adapt_checkpoint(self, path: Any, metadata: Any, app_state: dict[str, Any]) -> Any:
+        """Called by common.checkpoint before a checkpoint loads: its RowWiseAdagrad layout against
+        this sharding plan (recommendation_v4/resharding.py)."""
+        return adapt_sparse_optimizer_state(dmp=self.dmp, app_state=app_state, metadata=metadata, path=path,
+                                            policy=self.reshard_sparse_optimizer)
 
     def train_step(self, batch: HSTUBatch, step: StepContext) -> StepOutput:
         self.dmp.train()

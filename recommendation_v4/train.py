@@ -20,12 +20,17 @@ from common.streaming import StreamingLoader
 from recommendation_v4.data.schema import DatasetError
 from recommendation_v4.data_setup import EvalPlan, YambdaData, prepare_data
 from recommendation_v4.embedding_init import init_sharded_embeddings
-from recommendation_v4.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters, plan_schedule
+from recommendation_v4.mllog_recipe import (
+    COMPLIANCE_RULES,
+    closed_rules_first_grid_point,
+    mllog_hyperparameters,
+    plan_schedule,
+)
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.run_config import DlrmConfigs
 from recommendation_v4.sharding import build_optimizer, describe_plan, shard_model
-from recommendation_v4.task import DlrmTask
+from recommendation_v4.train_pipeline import dlrm_task_class
 
 
 def build(ctx: run.RunContext) -> run.TrainingPlan:
@@ -52,18 +57,29 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
 
     windows = data.train_windows(window_seconds=c.stream.window_seconds)
     schedule = plan_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes())
+    ruled = closed_rules_first_grid_point(global_batch_size=cfg.global_batch_size,
+                                          eval_every_steps=schedule.eval_every_steps) if schedule.eval_every_steps else 0
+    if c.data.dataset == "yambda-5b" and schedule.first_eval_grid_point != ruled:
+        # days before the compliance check at the end would say so
+        ctx.say(f"[schedule] warning: the first evaluation is at grid point {schedule.first_eval_grid_point}; the closed "
+                f"rules put it at {ruled} for global batch size {cfg.global_batch_size} (bind "
+                f'recommendation_v4.StreamingConfig.first_eval_at_grid_point = "closed_rules")')
     evals = EvalPlan(data=data, windows=windows, mode=c.stream.eval_mode, batch_size=cfg.eval_batch_size,
                      max_samples=c.stream.next_window_max_samples)
-    eval_loader = StreamingLoader(source=evals.source, build_window=evals.batches, num_workers=0, seed=ctx.seed)
+    # worker processes build the eval batches while the model scores the previous ones
+    eval_loader = StreamingLoader(source=evals.source, build_window=evals.batches, num_workers=c.data.eval_num_workers,
+                                  seed=ctx.seed)
     train_loader = StreamingLoader(
         source=data.train,
         build_window=lambda key: data.train_window_batches(windows, key, global_batch_size=cfg.global_batch_size, seed=ctx.seed),
         num_workers=c.data.num_workers,
         seed=ctx.seed,
     )
-    task = DlrmTask(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=info.world_size,
-                    grad_clip_norm=cfg.grad_clip_norm,
-                    eval_batches=lambda at: evals.iterate(eval_loader, at, first_window=schedule.windows[0]))
+    task_class = dlrm_task_class(cfg.train_pipeline, info.device)  # DlrmTask or TorchRec's sparse-dist pipeline
+    ctx.say(f"[pipeline] train_pipeline={cfg.train_pipeline!r} on {info.device.type}: {task_class.__name__}")
+    task = task_class(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=info.world_size,
+                      grad_clip_norm=cfg.grad_clip_norm, reshard_sparse_optimizer=c.sharding.sparse_optimizer_on_reshard,
+                      eval_batches=lambda at: evals.iterate(eval_loader, at, first_window=schedule.windows[0]))
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         waits = sorted(train_loader.boundary_waits.values())
@@ -85,7 +101,8 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         windows=schedule.windows,
         loop=LoopConfig(eval_every_steps=schedule.eval_every_steps, first_eval_step=schedule.first_eval_step,
                         target_quality=cfg.target_auc, higher_is_better=True),
-        hyperparameters=mllog_hyperparameters(cfg=cfg, mcfg=mcfg, sparse=c.sparse, stream=c.stream, schedule=schedule,
+        hyperparameters=mllog_hyperparameters(cfg=cfg, mcfg=mcfg, sparse=c.sparse, stream=c.stream, sharding=c.sharding,
+                                              schedule=schedule,
                                               eval_samples=len(data.eval_indices), seed=ctx.seed,
                                               config_file=ctx.config_file),
         lr_schedule=LinearWarmup(base_lr=cfg.learning_rate, warmup_steps=cfg.warmup_steps),

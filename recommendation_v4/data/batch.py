@@ -6,10 +6,11 @@ import dataclasses
 
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from torchrec.streamable import Pipelineable
 
 
 @dataclasses.dataclass
-class HSTUBatch:
+class HSTUBatch(Pipelineable):
     """One (per-rank) batch of B samples, one candidate each.
 
     `features` is the merged KeyedJaggedTensor (keys in `features.MERGED_KJT_KEYS` order):
@@ -22,6 +23,10 @@ class HSTUBatch:
     the event time in seconds. `query_time` is the anchor event's time (the candidate's).
     `sample_ids` identifies each sample (the anchor event's row in the processed event
     table) so tests can check that nothing is repeated or dropped.
+
+    It is a TorchRec `Pipelineable` (`to`, `record_stream`, and `pin_memory` for the host side), so
+    TrainPipelineSparseDist can copy it to the device on its own stream and find the
+    EmbeddingCollection's input as the plain attribute `features` (recommendation_v4/train_pipeline.py).
     """
 
     features: KeyedJaggedTensor
@@ -56,3 +61,11 @@ class HSTUBatch:
                 if f.name != "features"
             },
         )
+
+    def record_stream(self, stream: torch.Stream) -> None:
+        """Marks every tensor as used on `stream`, so the caching allocator does not hand a batch copied
+        on the pipeline's side stream to another tensor while the main stream still reads it."""
+        self.features.record_stream(stream)
+        for f in dataclasses.fields(self):
+            if f.name != "features":
+                getattr(self, f.name).record_stream(stream)

@@ -1,6 +1,11 @@
 """Raw Yambda parquet -> the memory-mapped processed layout (see processed_format.py).
 
-    python -m recommendation_v4.data.preprocess --dataset-dir DIR
+    python -m recommendation_v4.data.preprocess --dataset-dir DIR [--test-day N]
+
+Run it ahead of training for a large dataset (Yambda-5b: about an hour, with a progress bar);
+the trainer then finds the build up to date. The trainer builds a missing or stale one itself
+(rank 0, the other ranks waiting up to `common.RunConfig.data_preparation_timeout_s`) but never
+replaces an up-to-date build of another split: it stops and says so.
 
 As in the reference: a temporal split (train days / a 30 min gap / one test day, by default the
 last day; gap events and anything after the test day are dropped), sessions cut at 1800 s of
@@ -32,6 +37,7 @@ from typing import Any
 
 import numpy as np
 from torch.profiler import record_function
+from tqdm import tqdm
 
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data import processed_format as fmt
@@ -199,20 +205,21 @@ def _sort_key(events: EventChunk) -> np.ndarray:
 
 
 def _kept_chunks(
-    path: pathlib.Path, bounds: SplitBounds, batch_rows: int, drops: dict[str, int]
+    path: pathlib.Path, bounds: SplitBounds, batch_rows: int, drops: dict[str, int], progress: Any
 ) -> Iterator[EventChunk]:
     for chunk in read_event_chunks(path, batch_rows=batch_rows):
+        progress.update(len(chunk))
         drops["gap"] += int(((chunk.timestamp >= bounds.gap_start) & (chunk.timestamp < bounds.test_start)).sum())
         drops["after_test_day"] += int((chunk.timestamp >= bounds.test_end).sum())
         yield chunk.select(bounds.keep_mask(chunk.timestamp))
 
 
 def _write_sorted_stream(
-    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int
+    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int, progress: Any
 ) -> dict[str, int]:
     drops = {"gap": 0, "after_test_day": 0}
     last_key = np.uint64(0)
-    for chunk in _kept_chunks(path, bounds, batch_rows, drops):
+    for chunk in _kept_chunks(path, bounds, batch_rows, drops, progress):
         if not len(chunk):
             continue
         key = _sort_key(chunk)
@@ -225,10 +232,10 @@ def _write_sorted_stream(
 
 
 def _write_after_sorting(
-    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int
+    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int, progress: Any
 ) -> dict[str, int]:
     drops = {"gap": 0, "after_test_day": 0}
-    events = EventChunk.concatenate(list(_kept_chunks(path, bounds, batch_rows, drops)))
+    events = EventChunk.concatenate(list(_kept_chunks(path, bounds, batch_rows, drops, progress)))
     # lexsort is stable: ties keep file order, as the streaming path does.
     events = events.select(np.lexsort((events.timestamp, events.uid)))
     for start in range(0, len(events), batch_rows):
@@ -251,6 +258,23 @@ def source_fingerprint(dataset_dir: str | pathlib.Path) -> dict[str, dict[str, A
     return fingerprint
 
 
+def _other_split(meta: dict[str, Any], config: SplitConfig) -> str | None:
+    """How a build's split differs from `config`'s, or None when they select the same events.
+
+    The test day compares resolved: `test_day=None` (the last day) equals the explicit index of
+    that day, as long as the raw files are the ones the build read.
+    """
+    built = meta.get("split_config") or {}
+    for name in ("day_seconds", "gap_seconds", "session_gap_seconds"):
+        if built.get(name) != getattr(config, name):
+            return f"{name} {built.get(name)} (wanted {getattr(config, name)})"
+    split = meta.get("split") or {}
+    wanted = config.test_day if config.test_day is not None else int(split.get("max_timestamp", -1)) // config.day_seconds
+    if split.get("test_day") != wanted:
+        return f"test day {split.get('test_day')} (wanted {wanted})"
+    return None
+
+
 def stale_reason(dataset_dir: str | pathlib.Path, config: SplitConfig = SplitConfig()) -> str | None:
     """Why the processed directory must be (re)built, or None when it is up to date."""
     meta_path = layout.processed_dir(dataset_dir) / fmt.META_FILE
@@ -259,11 +283,24 @@ def stale_reason(dataset_dir: str | pathlib.Path, config: SplitConfig = SplitCon
     meta = json.loads(meta_path.read_text())
     if meta.get("format_version") != fmt.FORMAT_VERSION:
         return f"format version {meta.get('format_version')} != {fmt.FORMAT_VERSION}"
-    if meta.get("split_config") != dataclasses.asdict(config):
-        return f"split config {meta.get('split_config')} != {dataclasses.asdict(config)}"
     if meta.get("sources") != source_fingerprint(dataset_dir):
         return "raw files changed since the last build"
+    other = _other_split(meta, config)
+    if other is not None:
+        return f"built with another split: {other}"
     return None
+
+
+def other_split(dataset_dir: str | pathlib.Path, config: SplitConfig) -> str | None:
+    """When an up-to-date build of these raw files exists with a split other than `config`'s, how
+    it differs (a trainer refuses to replace a build someone made on purpose); else None."""
+    meta_path = layout.processed_dir(dataset_dir) / fmt.META_FILE
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format_version") != fmt.FORMAT_VERSION or meta.get("sources") != source_fingerprint(dataset_dir):
+        return None  # stale anyway: rebuilt whatever its split
+    return _other_split(meta, config)
 
 
 @contextlib.contextmanager
@@ -279,17 +316,34 @@ def _build_lock(dataset_dir: pathlib.Path) -> Iterator[None]:
 
 
 def build_processed(dataset_dir: str | pathlib.Path, *, config: SplitConfig = SplitConfig(),
-                    batch_rows: int = DEFAULT_BATCH_ROWS) -> pathlib.Path:
-    """Build `<dataset_dir>/processed/` from the raw files, replacing any previous build."""
+                    batch_rows: int = DEFAULT_BATCH_ROWS, progress: bool = False) -> pathlib.Path:
+    """Build `<dataset_dir>/processed/` from the raw files, replacing any previous build.
+
+    `progress`: a progress bar over the raw rows on stderr (for files of PROGRESS_MIN_ROWS or more).
+    """
     dataset_dir = pathlib.Path(dataset_dir)
     schema.validate_raw_dataset(dataset_dir)
     with _build_lock(dataset_dir):
-        return _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows)
+        return _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows, progress=progress)
 
 
-def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_rows: int) -> pathlib.Path:
+# below this many raw rows a build takes seconds: no progress bar
+PROGRESS_MIN_ROWS = 20_000_000
+
+
+def _progress_bar(total_rows: int, *, name: str, enabled: bool) -> tqdm:
+    # a log file (Slurm, a trainer's stderr) gets a line every 30 s instead of a redrawn bar
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total_rows, desc=f"preprocess {name}", unit=" rows", unit_scale=True, file=sys.stderr,
+                disable=not enabled or total_rows < PROGRESS_MIN_ROWS, mininterval=0.5 if interactive else 30.0,
+                dynamic_ncols=interactive)
+
+
+def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_rows: int,
+                    progress: bool = False) -> pathlib.Path:
     started = time.monotonic()
     sources = source_fingerprint(dataset_dir)
+    total_rows = int(sources[layout.MULTI_EVENT_FILE]["num_rows"])
     raw = layout.raw_dir(dataset_dir)
     event_path = raw / layout.MULTI_EVENT_FILE
     min_ts, max_ts = timestamp_range(event_path, batch_rows=batch_rows)
@@ -300,15 +354,18 @@ def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_row
     staging = dataset_dir / f".{layout.PROCESSED_DIR}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     sorted_input = True
-    try:
-        writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
-        drops = _write_sorted_stream(event_path, writer, bounds, batch_rows)
-    except _UnsortedInput:
-        sorted_input = False
-        writer.abort()
-        shutil.rmtree(staging)
-        writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
-        drops = _write_after_sorting(event_path, writer, bounds, batch_rows)
+    with _progress_bar(total_rows, name=dataset_dir.name, enabled=progress) as bar:
+        try:
+            writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
+            drops = _write_sorted_stream(event_path, writer, bounds, batch_rows, bar)
+        except _UnsortedInput:
+            sorted_input = False
+            writer.abort()
+            shutil.rmtree(staging)
+            bar.reset()
+            bar.set_description(f"preprocess {dataset_dir.name} (unsorted: read into memory)")
+            writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
+            drops = _write_after_sorting(event_path, writer, bounds, batch_rows, bar)
     summary = writer.finish()
     if summary["counts"]["anchors"]["train"] == 0 or summary["counts"]["anchors"]["eval"] == 0:
         shutil.rmtree(staging)
@@ -339,13 +396,20 @@ def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_row
 
 
 def ensure_processed(dataset_dir: str | pathlib.Path, *, config: SplitConfig = SplitConfig(),
-                     batch_rows: int = DEFAULT_BATCH_ROWS) -> pathlib.Path:
-    """The processed directory, built first if missing or stale; safe to call from many ranks."""
+                     batch_rows: int = DEFAULT_BATCH_ROWS, progress: bool = False,
+                     announce: Any = None) -> pathlib.Path:
+    """The processed directory, built first if missing or stale; safe to call from many ranks.
+
+    `announce(reason)` is called before a build starts (a trainer says why it waits).
+    """
     dataset_dir = pathlib.Path(dataset_dir)
     schema.validate_raw_dataset(dataset_dir)
     with _build_lock(dataset_dir):  # the first caller builds, the others wait and reuse it
-        if stale_reason(dataset_dir, config) is not None:
-            _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows)
+        reason = stale_reason(dataset_dir, config)
+        if reason is not None:
+            if announce is not None:
+                announce(reason)
+            _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows, progress=progress)
     return layout.processed_dir(dataset_dir)
 
 
@@ -355,15 +419,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--test-day", type=int, default=None, help="day index of the test day (default: last)")
     parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     config = SplitConfig(test_day=args.test_day)
+    progress = not args.no_progress
     try:
         if args.force:
-            build_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows)
+            build_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows, progress=progress)
         else:
             has_raw = layout.raw_dir(args.dataset_dir).is_dir()
             reason = stale_reason(args.dataset_dir, config) if has_raw else "raw missing"
-            ensure_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows)
+            ensure_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows, progress=progress)
             print(f"processed ({reason})" if reason else "already up to date")
     except schema.DatasetError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -35,6 +35,15 @@ class Task:
 LISTEN_PLUS = Task(name="listen_plus", bit=1)
 
 
+def _dense_logits(model: "DlrmHSTU", batch: HSTUBatch, looked_up: dict, max_seq_len: int | None) -> torch.Tensor:
+    return model.dense_forward(batch, looked_up, max_seq_len)
+
+
+# The dense part reads lengths on the host (`.item()`) and branches on them, which symbolic tracing
+# cannot follow; wrapped, FX records it as one opaque call and the rest of forward stays traceable.
+torch.fx.wrap("_dense_logits")
+
+
 def embedding_tables(*, table_rows: dict[str, int], embedding_dim: int) -> list[EmbeddingConfig]:
     """The 11 tables in a fixed order; `table_rows` must name exactly those tables."""
     expected = set(F.TABLE_FEATURES)
@@ -111,9 +120,18 @@ class DlrmHSTU(KernelModule):
 
     def forward(self, batch: HSTUBatch, max_seq_len: int | None = None) -> torch.Tensor:
         """Logits [B, num_tasks]. `max_seq_len` is the attention normaliser N; by default this
-        batch's longest sequence (a multi-rank trainer passes the global batch's)."""
+        batch's longest sequence (a multi-rank trainer passes the global batch's).
+
+        The lookup reads `batch.features` as it is and everything after it goes through
+        `_dense_logits`, which FX does not trace into: that is what lets TorchRec's
+        TrainPipelineSparseDist trace this forward and start the lookup's input all-to-all for the
+        next batch ahead of time (recommendation_v4/train_pipeline.py)."""
         with record_function("## embedding_lookup ##"):
             looked_up = self.embedding_collection(batch.features)
+        return _dense_logits(self, batch, looked_up, max_seq_len)
+
+    def dense_forward(self, batch: HSTUBatch, looked_up: dict, max_seq_len: int | None) -> torch.Tensor:
+        """Everything after the embedding lookup: item and user towers, the multitask head."""
         autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16)
             if self.bf16 and batch.uih_lengths.is_cuda

@@ -45,3 +45,19 @@ def test_without_a_process_group_rank0_is_this_process():
     assert run_on_rank0(lambda: "done") == "done"
     with pytest.raises(ValueError, match="bad"):
         run_on_rank0(lambda: (_ for _ in ()).throw(ValueError("bad")), shared_errors=(ValueError,))
+
+
+@pytest.mark.multiprocess
+def test_ranks_wait_for_rank0_preparation_beyond_the_process_group_timeout(tmp_path):
+    # the preparation group: rank 1 waits the 3 s rank 0 takes, though collectives time out after 1 s
+    rank0, rank1 = torchrun_reports(HERE / "preparation_wait_worker.py", "own_timeout", out_dir=_mkdir(tmp_path / "own"))
+    assert rank0["result"] == "prepared" and rank1["result"] is None
+    assert rank1["waited_s"] >= 2.5
+    # the same wait in the default group times out: what the preparation group is for
+    rank0, rank1 = torchrun_reports(HERE / "preparation_wait_worker.py", "default_group", out_dir=_mkdir(tmp_path / "default"))
+    assert "error" in rank1 and "result" not in rank1, rank1
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path

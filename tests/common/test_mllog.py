@@ -95,6 +95,30 @@ def test_reference_dlrmv4_log_passes_the_official_checker(tmp_path):
     assert "SUCCESS" in result.stdout + result.stderr
 
 
+def test_train_loss_events_carry_the_step_and_position_and_pass_the_checker(tmp_path):
+    log = tmp_path / "mllog.log"
+    tracker = MLPerfTracker(benchmark="dlrmv4", log_path=log, resume=False)
+    with pytest.raises(RuntimeError, match="outside the timed run"):
+        tracker.train_loss(0.5, step=1, samples_count=8192)
+    tracker.close()
+    tracker = start_dlrmv4_run(log)
+    for block in range(27):
+        tracker.block_start(samples_count=block * DLRMV4_EVAL_INTERVAL)
+        tracker.train_loss(0.7 - block / 100, step=(block + 1) * 280, samples_count=(block + 1) * DLRMV4_EVAL_INTERVAL)
+        tracker.block_stop(samples_count=(block + 1) * DLRMV4_EVAL_INTERVAL)
+        if block + 1 >= 25:
+            done = (block + 1) * DLRMV4_EVAL_INTERVAL
+            tracker.eval_start(samples_count=done)
+            tracker.eval_accuracy(0.76, samples_count=done)
+            tracker.eval_stop(samples_count=done)
+    tracker.run_stop(success=True, samples_count=27 * DLRMV4_EVAL_INTERVAL)
+    losses = [e for e in parse_log(log) if e["key"] == "train_loss"]
+    assert len(losses) == 27 and losses[0]["value"] == 0.7
+    assert losses[0]["metadata"]["step"] == 280 and losses[0]["metadata"]["samples_count"] == DLRMV4_EVAL_INTERVAL
+    result = run_checker(log, "6.1.0", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "failure"),
     [

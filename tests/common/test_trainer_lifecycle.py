@@ -7,7 +7,8 @@ For each entry of tests/trainer_suite.py:
 - SIGTERM sent to the whole process group (what `timeout`, `scancel` and Slurm do, loader workers
   included) saves a checkpoint and exits 0, and the run's self-check explains what its log lacks;
 - SIGKILL at a step inside the learning-rate warm-up, then a relaunch, gives 2 ranks the very
-  losses, learning rates and samples of an uninterrupted run;
+  losses, learning rates and samples of an uninterrupted run; that run's profiler traces of two
+  steps merge into one file with a process per rank, and its mllog carries the train loss;
 - the reference recipe on tiny data fails the official checker only on the rules that pin the
   reference dataset and the quality target.
 """
@@ -29,6 +30,8 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from common.compliance import check_log
 from common.metrics_log import read_metrics
+from common.tracing import RANK_PID_BASE, read_trace
+from tests.trace_checks import hta_names, hta_trace, validate_chrome_trace
 from tests.trainer_process import REPO, run_command, start_command, trainer_command, trainer_env, wait_for_step, worker_pids
 from tests.trainer_suite import TRAINERS, TrainerUnderTest
 
@@ -130,8 +133,9 @@ def test_sigterm_to_the_process_group_saves_and_exits_0(trainer: TrainerUnderTes
 @pytest.mark.multiprocess
 def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(trainer: TrainerUnderTest, data_roots, tmp_path):
     data_root = data_roots[trainer.package]
+    # the uninterrupted run also traces steps 3-4 and logs its train loss into the mllog
     straight = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=2,
-                               bindings=trainer.short_run(data_root, tmp_path, "straight"))
+                               bindings=trainer.short_run(data_root, tmp_path, "straight") + TRACE_AND_LOSS_BINDINGS)
     run_command(straight, timeout=600)
 
     killed_dir = tmp_path / trainer.package / "killed"
@@ -160,6 +164,7 @@ def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(train
         assert (killed_dir / name).read_text() == (straight_dir / name).read_text()
         assert _sample_steps(killed_dir, rank) == list(range(1, trainer.steps + 1))  # none repeated or dropped
     assert _evaluations(killed_dir) == _evaluations(straight_dir)
+    _check_trace_and_loss_events(straight_dir, expected)
     # every weight and optimizer state at the end
     final = f"ckpt/step_{trainer.steps:09d}"
     a = _final_state(tmp_path / "straight" / final, tmp_path / "a.pt")
@@ -167,6 +172,31 @@ def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(train
     assert a.keys() == b.keys() and any("optim" in k for k in a)
     for key, value in a.items():
         assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key], key
+
+
+TRACE_AND_LOSS_BINDINGS = ["common.TraceConfig.steps = [3]", "common.TraceConfig.active_steps = 2",
+                           "common.RunConfig.mllog_train_loss_every_steps = 4"]
+
+
+def _check_trace_and_loss_events(run_dir: pathlib.Path, losses: list[tuple[int, float, float]]) -> None:
+    """Both ranks' traces of steps 3-4, merged by the command into one file HTA reads as two
+    processes; and a train_loss event every 4 steps in the mllog, the loss metrics.jsonl has."""
+    traces = run_dir / "traces"
+    assert sorted(p.name for p in traces.iterdir()) == ["step3_rank0.json.gz", "step3_rank1.json.gz"]
+    merged = subprocess.run([sys.executable, "-m", "common.tracing", "merge", str(run_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    merged_file = traces / "step3_merged.json.gz"
+    validate_chrome_trace(read_trace(merged_file))
+    whole = hta_trace({0: str(merged_file)})
+    assert sorted(int(p) for p in whole.get_trace(0)["pid"].unique()) == [RANK_PID_BASE, RANK_PID_BASE + 1]
+    for rank in (0, 1):
+        assert {"ProfilerStep#3", "ProfilerStep#4"} <= hta_names(whole, 0, RANK_PID_BASE + rank)
+
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in (run_dir / "mllog.log").read_text().splitlines()
+              if ":::MLLOG " in line]
+    logged = [(e["metadata"]["step"], e["value"]) for e in events if e["key"] == "train_loss"]
+    assert logged == [(step, loss) for step, loss, _ in losses if step % 4 == 0]
 
 
 # ------------------------------------------------------------------------------ compliance

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from common.config import ConfigError
 from common.distributed import DistInfo
 from common.time_windows import TimeWindows
 from recommendation_v4.data import layout
+from recommendation_v4.data import processed_format as fmt
+from recommendation_v4.data.preprocess import SplitConfig, build_processed
 from recommendation_v4.data_setup import WINDOW_INDEX_DIR, prepare_data
 from recommendation_v4.model.config import FLAVORS
 from recommendation_v4.run_config import DataConfig
@@ -27,8 +30,8 @@ def private_root(tiny_data_root: pathlib.Path, tmp_path: pathlib.Path) -> pathli
     return tmp_path
 
 
-def _data(root: pathlib.Path):
-    config = DataConfig(data_root=str(root), dataset=TINY, cross_table_rows=1000)
+def _data(root: pathlib.Path, **fields):
+    config = DataConfig(data_root=str(root), dataset=TINY, cross_table_rows=1000, **fields)
     return prepare_data(config=config, model_config=FLAVORS["debug"], info=SINGLE, seed=1)
 
 
@@ -76,3 +79,29 @@ def test_an_unwritable_index_directory_falls_back_to_the_in_memory_index(private
     assert not isinstance(windows._order, np.memmap)
     assert "window index not written" in capsys.readouterr().out
     _same_windows(windows, TimeWindows(data.train.anchor_timestamps(), window_seconds=86_400))
+
+
+def test_the_test_day_is_chosen_in_config_and_another_build_is_never_replaced(private_root: pathlib.Path) -> None:
+    dataset_dir = private_root / TINY
+    build_processed(dataset_dir, config=SplitConfig(test_day=3))  # as `preprocess --test-day 3` leaves it
+    stamp = (layout.processed_dir(dataset_dir) / fmt.META_FILE).stat().st_mtime_ns
+    with pytest.raises(ConfigError) as error:
+        _data(private_root)  # test_day None: the last day, which is not what was built
+    message = str(error.value)
+    assert message.startswith("recommendation_v4.DataConfig.test_day=None: ") and "was built with test day 3" in message
+    assert f"preprocess --dataset-dir {dataset_dir} --force" in message
+    assert (layout.processed_dir(dataset_dir) / fmt.META_FILE).stat().st_mtime_ns == stamp  # left as it was
+
+    data = _data(private_root, test_day=3)
+    eval_days = set((data.eval.anchor_timestamps() // 86_400).tolist())
+    assert eval_days == {3}
+    assert data.train.anchor_timestamps().max() < 3 * 86_400 - 1_800  # the 30 min gap before the test day
+
+
+def test_a_missing_build_is_made_with_the_configured_test_day(private_root: pathlib.Path, capsys) -> None:
+    dataset_dir = private_root / TINY
+    shutil.rmtree(layout.processed_dir(dataset_dir))
+    data = _data(private_root, test_day=4)
+    assert set((data.eval.anchor_timestamps() // 86_400).tolist()) == {4}
+    out = capsys.readouterr().out
+    assert f"[data] preprocessing {dataset_dir} (not built yet)" in out and "--test-day 4" in out

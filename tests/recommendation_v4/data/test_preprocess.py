@@ -11,7 +11,14 @@ import pytest
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.dataset import ANCHOR_CACHE_DIR
-from recommendation_v4.data.preprocess import SplitConfig, build_processed, ensure_processed, stale_reason
+from recommendation_v4.data.preprocess import (
+    SplitConfig,
+    _main,
+    build_processed,
+    ensure_processed,
+    other_split,
+    stale_reason,
+)
 
 
 def _raw_events(dataset_dir: pathlib.Path) -> dict[str, np.ndarray]:
@@ -146,7 +153,7 @@ def test_ensure_is_idempotent_and_rebuilds_on_raw_change(fresh_tiny_copy: pathli
     assert stale_reason(fresh_tiny_copy) is None
     ensure_processed(fresh_tiny_copy)
     assert meta_path.stat().st_mtime_ns == stamp
-    assert "split config" in stale_reason(fresh_tiny_copy, SplitConfig(gap_seconds=900))
+    assert stale_reason(fresh_tiny_copy, SplitConfig(gap_seconds=900)) == "built with another split: gap_seconds 1800 (wanted 900)"
 
     events_path = layout.raw_dir(fresh_tiny_copy) / layout.MULTI_EVENT_FILE
     table = pq.read_table(events_path)
@@ -233,3 +240,28 @@ def test_a_test_day_without_listens_is_an_error(fresh_tiny_copy: pathlib.Path) -
     with pytest.raises(schema.DatasetError, match="both splits need some"):
         build_processed(fresh_tiny_copy, config=SplitConfig(test_day=40))
     assert not list(fresh_tiny_copy.glob(".processed.[sr]*"))
+
+
+def test_the_last_day_named_explicitly_is_the_same_split(fresh_tiny_copy: pathlib.Path) -> None:
+    processed = ensure_processed(fresh_tiny_copy)  # test_day None: the last day
+    last_day = fmt.read_meta(processed)["split"]["test_day"]
+    assert stale_reason(fresh_tiny_copy, SplitConfig(test_day=last_day)) is None
+    assert other_split(fresh_tiny_copy, SplitConfig(test_day=last_day)) is None
+    assert other_split(fresh_tiny_copy, SplitConfig(test_day=3)) == f"test day {last_day} (wanted 3)"
+    build_processed(fresh_tiny_copy, config=SplitConfig(test_day=3))
+    assert other_split(fresh_tiny_copy, SplitConfig()) == f"test day 3 (wanted {last_day})"
+    assert stale_reason(fresh_tiny_copy, SplitConfig(test_day=3)) is None
+
+
+def test_the_command_shows_a_progress_bar_over_the_raw_rows(fresh_tiny_copy: pathlib.Path, monkeypatch, capsys) -> None:
+    from recommendation_v4.data import preprocess
+
+    monkeypatch.setattr(preprocess, "PROGRESS_MIN_ROWS", 1)  # the tiny set is below the real threshold
+    assert _main(["--dataset-dir", str(fresh_tiny_copy), "--test-day", "3"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out[captured.out.index("{"):])["counts"]["events"]
+    assert "processed (not built yet)" in captured.out and f"preprocess {fresh_tiny_copy.name}" in captured.err
+    total = pq.ParquetFile(layout.raw_dir(fresh_tiny_copy) / layout.MULTI_EVENT_FILE).metadata.num_rows
+    assert total >= rows and "100%" in captured.err
+    assert _main(["--dataset-dir", str(fresh_tiny_copy), "--test-day", "3", "--no-progress"]) == 0
+    assert "already up to date" in capsys.readouterr().out
