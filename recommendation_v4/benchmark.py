@@ -1,7 +1,7 @@
 """DLRM-HSTU benchmark: the numbers the README quotes, measured on whatever machine runs it.
 
     python -m recommendation_v4.benchmark                  # everything
-    python -m recommendation_v4.benchmark --only loader    # loader | train | attention | window
+    python -m recommendation_v4.benchmark --only loader    # loader | train | attention | window | eval_data
 
 - loader: samples/s per loader worker at history length 4096 (batch 1024) on the `longhist`
   synthetic data, whose histories are full (goal: 2,000/s per worker, what one accelerator
@@ -10,7 +10,8 @@
 - train: training samples/s of the debug flavor on the `small` synthetic data;
 - attention: peak memory of the PyTorch attention reference for a skewed batch (one 4,095-row
   user among short ones) next to the padded B x H x N^2 score size it avoids;
-- window: the wait for the first batch at a window boundary with the background prefetch.
+- window: the wait for the first batch at a window boundary with the background prefetch;
+- eval_data: building every batch of the whole test day, in-process and through one worker (no model).
 Data is generated under --data-root on first use.
 """
 
@@ -242,10 +243,48 @@ def bench_window(data_root: Path, *, step_s: float = 0.15, windows_to_cross: int
             "boundary_first_batch_wait_ms": [round(w, 2) for w in waits], "simulated_step_s": step_s}
 
 
+def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
+    """The data half of a holdout evaluation: every batch of the whole test day built and consumed
+    with no model, in the trainer process and through one worker (the trainer's
+    `DataConfig.eval_num_workers` choices 0 and 1), on `small` at the debug flavor's history and on
+    `longhist` at the reference's (4086 events). An evaluation's wall time is at least the model's;
+    in-process batch building adds this on top of it, a worker overlaps it."""
+    from common.distributed import init_distributed
+    from common.loop import EvalPoint
+    from common.streaming import StreamingLoader
+    from recommendation_v4.data_setup import EvalPlan, prepare_data
+    from recommendation_v4.model.config import FLAVORS
+    from recommendation_v4.run_config import DataConfig
+
+    info = init_distributed()
+    start = EvalPoint(step=0, samples_seen=0, window_key=None, next_window_key=None)
+    out: dict = {}
+    for size, flavor in (("small", "debug"), ("longhist", "reference")):
+        _dataset(data_root, size)
+        data = prepare_data(config=DataConfig(data_root=str(data_root), dataset=f"yambda-synthetic-{size}-seed0",
+                                              cross_table_rows=50_000),
+                            model_config=FLAVORS[flavor], info=info, seed=1)
+        windows = data.train_windows(window_seconds=604_800)
+        plan = EvalPlan(data=data, windows=windows, mode="holdout", batch_size=batch_size, max_samples=0)
+        result: dict = {"history_length": FLAVORS[flavor].history_length, "samples": len(data.eval_indices),
+                        "batch_size": batch_size}
+        for workers in (0, 1):
+            loader = StreamingLoader(source=plan.source, build_window=plan.batches, num_workers=workers, seed=1)
+            try:
+                t0 = time.perf_counter()
+                result["batches"] = sum(1 for _ in plan.iterate(loader, start, first_window=windows.keys()[0]))
+                result[f"build_s_{workers}_workers"] = round(time.perf_counter() - t0, 2)
+            finally:
+                loader.close()
+        result["samples_per_s_in_process"] = round(result["samples"] / result["build_s_0_workers"])
+        out[size] = result
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
-    parser.add_argument("--only", choices=["loader", "train", "attention", "window"], action="append")
+    parser.add_argument("--only", choices=["loader", "train", "attention", "window", "eval_data"], action="append")
     parser.add_argument("--loader-batches", type=int, default=20)
     parser.add_argument("--train-steps", type=int, default=30)
     parser.add_argument("--attention-child", help=argparse.SUPPRESS)
@@ -263,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = bench_train(args.data_root, steps=args.train_steps)
         elif name == "attention":
             results[name] = bench_attention()
+        elif name == "eval_data":
+            results[name] = bench_eval_data(args.data_root)
         else:
             results[name] = bench_window(args.data_root)
         print(f"[{name}] ({time.perf_counter() - t0:.0f}s) {json.dumps(results[name])}", flush=True)
