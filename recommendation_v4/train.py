@@ -30,6 +30,7 @@ from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.run_config import DlrmConfigs
 from recommendation_v4.sharding import build_optimizer, describe_plan, shard_model
+from recommendation_v4.task import DlrmTask
 from recommendation_v4.train_pipeline import dlrm_task_class
 
 
@@ -76,7 +77,8 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         seed=ctx.seed,
     )
     task_class = dlrm_task_class(cfg.train_pipeline, info.device)  # DlrmTask or TorchRec's sparse-dist pipeline
-    ctx.say(f"[pipeline] train_pipeline={cfg.train_pipeline!r} on {info.device.type}: {task_class.__name__}")
+    how = "TorchRec TrainPipelineSparseDist" if task_class is not DlrmTask else "plain loop"
+    ctx.say(f"[pipeline] {how} (recommendation_v4.TrainConfig.train_pipeline = {cfg.train_pipeline!r} on {info.device.type})")
     task = task_class(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=info.world_size,
                       grad_clip_norm=cfg.grad_clip_norm, reshard_sparse_optimizer=c.sharding.sparse_optimizer_on_reshard,
                       eval_batches=lambda at: evals.iterate(eval_loader, at, first_window=schedule.windows[0]))

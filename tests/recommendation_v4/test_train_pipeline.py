@@ -122,7 +122,7 @@ def _train(tiny_data_root: pathlib.Path, out: pathlib.Path, name: str, pipeline:
 @pytest.fixture(scope="module")
 def plain_one_rank(tiny_data_root, tmp_path_factory) -> dict:
     record, stdout = _train(tiny_data_root, tmp_path_factory.mktemp("plain1"), "plain", "plain", 1)
-    assert "[pipeline] train_pipeline='plain' on cpu: DlrmTask" in stdout
+    assert "[pipeline] plain loop (recommendation_v4.TrainConfig.train_pipeline = 'plain' on cpu)" in stdout
     return record
 
 
@@ -130,7 +130,7 @@ def plain_one_rank(tiny_data_root, tmp_path_factory) -> dict:
 @pytest.mark.multiprocess
 def test_one_rank_sparse_dist_trains_what_the_plain_loop_trains(plain_one_rank, tiny_data_root, tmp_path):
     pipelined, stdout = _train(tiny_data_root, tmp_path, "pipelined", "sparse_dist", 1)
-    assert "[pipeline] train_pipeline='sparse_dist' on cpu: PipelinedDlrmTask" in stdout
+    assert "[pipeline] TorchRec TrainPipelineSparseDist (recommendation_v4.TrainConfig.train_pipeline = 'sparse_dist' on cpu)" in stdout
     _assert_same_training(plain_one_rank, pipelined)
     assert all(wait >= 0 for wait in pipelined["data_wait_s"])
 
