@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from common.auc import binary_auc
-from common.collectives import run_on_rank0
+from common.collectives import run_on_rank0, world_size
 from common.config import ConfigError
 from common.distributed import DistInfo
 from common.loop import EvalPoint
@@ -77,7 +77,8 @@ def materialise(config: DataConfig) -> pathlib.Path:
                 f"{'' if config.test_day is None else f' --test-day {config.test_day}'}`")
 
         def announce(reason: str) -> None:
-            print(f"[data] preprocessing {dataset_dir} ({reason}); the other ranks wait for it. For a large "
+            waiting = "; the other ranks wait for it" if world_size() > 1 else ""
+            print(f"[data] preprocessing {dataset_dir} ({reason}){waiting}. For a large "
                   f"dataset run `python -m recommendation_v4.data.preprocess --dataset-dir {dataset_dir}"
                   f"{'' if config.test_day is None else f' --test-day {config.test_day}'}` ahead of training",
                   flush=True)
