@@ -162,6 +162,8 @@ def test_bf16_all_to_alls_stop_a_cpu_run_in_one_line(tiny_data_root, tmp_path):
     cmd = trainer_command(package="recommendation_v4", gin_file=DEBUG_GIN, nproc=2, bindings=bindings)
     proc = run_command(cmd, timeout=600, expect_returncode=1)  # torchrun's status when its ranks exit 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("config error:")]
-    assert lines == ['config error: recommendation_v4.ShardingConfig.comm_forward_precision = "bf16" is not enabled by '
-                     "TorchRec on cpu (its qcomm codec registry moves torch.float16 there); choose one of "
-                     "['fp32', 'fp16'] for this device"] * 2
+    # each rank says it; torchrun stops the other rank as soon as one exits 2, sometimes before it has printed
+    assert len(lines) in (1, 2) and set(lines) == {
+        'config error: recommendation_v4.ShardingConfig.comm_forward_precision = "bf16" is not enabled by '
+        "TorchRec on cpu (its qcomm codec registry moves torch.float16 there); choose one of "
+        "['fp32', 'fp16'] for this device"}, lines

@@ -148,7 +148,9 @@ def test_trainer_refuses_row_wise_checkpoint_for_column_wise_tables_in_one_line(
     proc = _resume(row_wise_checkpoint, tmp_path, tiny_data_root, sharding="row_wise", extra=(MOVED,),
                    expect_returncode=1)  # torchrun's own status when a rank exits 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("config error:")]
-    assert len(lines) == 2 and lines[0] == lines[1]  # one line from each rank
+    # every rank raises it (the worker test above compares both ranks' messages); torchrun stops the
+    # other rank as soon as one exits 2, sometimes before that rank has printed its line
+    assert len(lines) in (1, 2) and len(set(lines)) == 1, lines
     assert "/ckpt/step_000000002 cannot be resumed under this sharding plan: the RowWiseAdagrad state of " \
            "album_id, artist_id has another shape here" in lines[0]
     assert "album_id: row_wise (rows in 2 shards) -> column_wise (columns in 2 shards of 128)" in lines[0]
