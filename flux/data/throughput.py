@@ -58,7 +58,7 @@ class ReaderThroughput:
         )
 
 
-class _BatchesByIndex(torch.utils.data.Dataset):
+class BatchesByIndex(torch.utils.data.Dataset):
     """Map-style view of a BatchSource: the sampler yields index arrays, each one a batch."""
 
     def __init__(self, source: FluxArrowDataset) -> None:
@@ -71,7 +71,7 @@ class _BatchesByIndex(torch.utils.data.Dataset):
         return len(self.source)
 
 
-def _identity(batch: FluxBatch) -> FluxBatch:
+def identity_collate(batch: FluxBatch) -> FluxBatch:
     return batch
 
 
@@ -97,10 +97,10 @@ def measure(
     if cold:
         drop_cached_pages(dataset.shard_paths)
     loader = torch.utils.data.DataLoader(
-        _BatchesByIndex(dataset),
+        BatchesByIndex(dataset),
         sampler=batches,
         batch_size=None,
-        collate_fn=_identity,
+        collate_fn=identity_collate,
         num_workers=num_workers,
         prefetch_factor=2 if num_workers else None,
     )

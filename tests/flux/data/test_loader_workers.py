@@ -10,25 +10,9 @@ import torch
 
 from flux.data.batch import FluxBatch
 from flux.data.reader import FluxArrowDataset
+from flux.data.throughput import BatchesByIndex, identity_collate
 
 FIELDS = ("t5", "clip", "mean", "logvar", "timestep", "sample_ids")
-
-
-class _ByIndexArray(torch.utils.data.Dataset):
-    """What common.streaming does: the sampler hands over index arrays, one per batch."""
-
-    def __init__(self, source: FluxArrowDataset) -> None:
-        self.source = source
-
-    def __getitem__(self, indices: np.ndarray) -> FluxBatch:
-        return self.source.get_batch(indices)
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-
-def _identity(batch: FluxBatch) -> FluxBatch:
-    return batch
 
 
 def _assert_same(a: FluxBatch, b: FluxBatch) -> None:
@@ -49,7 +33,7 @@ def test_worker_batches_equal_in_process_batches(tiny_dataset_dir: Path) -> None
     dataset.get_batch(np.array([0]))  # a mapping open in the parent must not leak into the worker
     batches = [np.array([5, 40, 63, 0]), np.arange(30, 36), np.array([7])]
     loader = torch.utils.data.DataLoader(
-        _ByIndexArray(dataset), sampler=batches, batch_size=None, collate_fn=_identity, num_workers=1
+        BatchesByIndex(dataset), sampler=batches, batch_size=None, collate_fn=identity_collate, num_workers=1
     )
     received = list(loader)
     assert len(received) == len(batches)
