@@ -21,7 +21,7 @@ also works without a process group (one process, no launcher): it then returns t
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -182,3 +182,12 @@ def all_gather_tensor(local: torch.Tensor) -> torch.Tensor:
     gathered = [torch.zeros_like(padded) for _ in range(world)]
     dist.all_gather(gathered, padded)
     return torch.cat([g[: int(s.item())] for g, s in zip(gathered, sizes)])
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's `obj` (picklable), in rank order, on every rank."""
+    if not _several_ranks():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

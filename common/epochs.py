@@ -132,3 +132,8 @@ class EpochIndexedSource:
 
     def get_batch(self, indices: np.ndarray):
         return self.source.get_batch(np.asarray(indices, dtype=np.int64) % self.num_samples)
+
+    def storage_description(self):
+        """The wrapped source's (common.load_profile); None when it has none."""
+        describe = getattr(self.source, "storage_description", None)
+        return describe() if callable(describe) else None

@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 import torch
 
 from common.checkpoint import CheckpointManager, CheckpointPolicy, TrainingProgress, checkpoint_reason
+from common.load_profile.profiler import LoadProfiler
+from common.load_profile.reads import process_writes
 from common.metrics_log import MetricsLog
 from common.mllog import MLPerfTracker
 from common.preemption import PreemptionHandler, agree_at_step_boundary
@@ -178,8 +180,10 @@ class TrainLoop:
         preemption: PreemptionHandler | None = None,
         sample_log: SampleAuditLog | None = None,
         tracer: StepTracer | None = None,
+        load_profile: LoadProfiler | None = None,
     ) -> None:
         self.task = task
+        self.load_profile = load_profile
         self.tracer = tracer
         self._traced_step = -1  # the step whose step_begins the tracer was last told of
         self.config = config
@@ -269,6 +273,8 @@ class TrainLoop:
                 t1 = t0 + (out.data_wait_s or 0.0)
             loss = float(out.loss)
             t2 = time.perf_counter()
+            if self.load_profile is not None:
+                self.load_profile.step(begin=t0, data_wait_s=t1 - t0, compute_s=t2 - t1, samples=out.samples)
             p.global_step += 1
             if self.tracer is not None:
                 self.tracer.step_ends(p.global_step)
@@ -371,6 +377,8 @@ class TrainLoop:
         with self.streams.evaluating() if self.streams is not None else contextlib.nullcontext():
             result = self.task.evaluate(self._eval_point())
         seconds = time.perf_counter() - t0
+        if self.load_profile is not None:
+            self.load_profile.excluded(seconds)
         self.evals.append((self.progress.global_step, result))
         self._last_eval_step = self.progress.global_step
         previous_best = self.progress.metrics.get("best_quality")
@@ -419,7 +427,7 @@ class TrainLoop:
             saved.window_key, saved.batch_idx_in_window = next_key, 0  # resume at the next window
         if self.tracker is not None:
             saved.mlperf = self.tracker.state_dict()
-        t0 = time.perf_counter()
+        t0, written = time.perf_counter(), process_writes()
         path = self.checkpoints.save(
             f"step_{p.global_step:09d}",
             app_state=self.task.app_state(),
@@ -427,7 +435,12 @@ class TrainLoop:
             generators=self.streams.generators() if self.streams is not None else None,
         )
         self._last_save = time.monotonic()
-        self.metrics.write({"step": p.global_step, "checkpoint": str(path), "reason": why, "save_s": round(time.perf_counter() - t0, 3)})
+        seconds = time.perf_counter() - t0
+        if self.load_profile is not None:
+            after = process_writes()
+            self.load_profile.checkpoint(seconds=seconds, step=p.global_step,
+                                         bytes_written=None if written is None or after is None else after - written)
+        self.metrics.write({"step": p.global_step, "checkpoint": str(path), "reason": why, "save_s": round(seconds, 3)})
         if self.is_main:
             print(f"[ckpt] step {p.global_step} ({why}) -> {path} in {time.perf_counter() - t0:.2f}s", flush=True)
 

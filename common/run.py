@@ -35,6 +35,7 @@ from common.collectives import barrier
 from common.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
 from common.config import ConfigError, load_gin, write_config_snapshot
 from common.distributed import DistInfo, destroy, init_distributed
+from common.load_profile.session import ProfileSession
 from common.loop import BenchmarkTask, EvalPoint, LoopConfig, LoopResult, SampleAuditLog, TrainLoop
 from common.metrics_log import MetricsLog
 from common.mllog import MLPerfTracker
@@ -235,6 +236,13 @@ class _Run:
         # closed (an open window written) on every way out: the end, preemption, an error
         tracer = StepTracer(self.trace, run_dir=ctx.run_dir, rank=self.info.rank, device=self.info.device)
         self._closing.callback(tracer.close)
+        self.load_profile = None
+        if self.run_cfg.load_profile:
+            self.load_profile = ProfileSession(run_dir=ctx.run_dir, benchmark=self.benchmark.package,
+                                               config_file=self.config_file, rank=self.info.rank,
+                                               world_size=self.info.world_size, device=str(self.info.device),
+                                               loader=plan.loader, hyperparameters=plan.hyperparameters,
+                                               start_step=progress.global_step)
         loop = TrainLoop(
             task=plan.task,
             config=dataclasses.replace(plan.loop, max_steps=self.run_cfg.max_steps, log_every_steps=self.run_cfg.log_every_steps,
@@ -254,6 +262,7 @@ class _Run:
             preemption=preemption,
             sample_log=sample_log,
             tracer=tracer,
+            load_profile=self.load_profile.profiler if self.load_profile is not None else None,
         )
         self.loop_started = time.perf_counter()
         return loop.run()
@@ -271,7 +280,9 @@ class _Run:
 
     # ----------------------------------------------------------------- finish
     def _finish(self, plan: TrainingPlan, ctx: RunContext, result: LoopResult) -> dict:
-        """After everything is closed: the compliance check, summary.json and the closing line."""
+        """After everything is closed: the load profile, the compliance check, summary.json and the closing line."""
+        if getattr(self, "load_profile", None) is not None:
+            self.load_profile.finish()
         untrained = result.progress.metrics.get("untrained_quality")
         extra, done_line = plan.summarize(result, untrained)
         last = result.last_eval.quality if result.last_eval else result.progress.metrics.get("last_quality")

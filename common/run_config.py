@@ -33,6 +33,8 @@ class RunConfig:
     # how long the other ranks wait for rank 0 to generate or preprocess the dataset (Yambda-5b: ~1 h)
     data_preparation_timeout_s: float = 6 * 3600.0
     check_compliance: bool = True  # run the official MLPerf checker on the log at the end
+    # load_profile.json and its plots in the run directory (common.load_profile); off only to measure its cost
+    load_profile: bool = True
 
     def __post_init__(self) -> None:
         if self.seed is not None:
@@ -41,7 +43,7 @@ class RunConfig:
         require_int(self, "max_steps", "num_threads", "mllog_train_loss_every_steps", minimum=0)
         require_int(self, "log_every_steps", minimum=1)
         require_number(self, "process_group_timeout_s", "data_preparation_timeout_s", minimum=0, strictly=True)
-        for name in ("log_sample_ids", "check_compliance"):
+        for name in ("log_sample_ids", "check_compliance", "load_profile"):
             require(self, name, isinstance(getattr(self, name), bool), "True or False")
 
     def resolved(self, env_macros: Mapping[str, object]) -> "RunConfig":

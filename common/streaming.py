@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from common.batch_arena import SlabRegistry, batch_slab
+from common.load_profile.reads import BatchReads, recording
 
 
 
@@ -100,15 +101,16 @@ class _Delivery:
     batch: Any
     slab: torch.Tensor | None
     serial: int = 0  # which batch of its slab this is (common.batch_arena.SlabRegistry)
+    reads: BatchReads | None = None  # what building it read (common.load_profile)
 
     def __reduce__(self):
         if self.slab is None or not self.slab.is_shared():
-            return (_Delivery, (self.batch, self.slab, self.serial))
+            return (_Delivery, (self.batch, self.slab, self.serial, self.reads))
         buffer = io.BytesIO()
         pickler = _SlabPickler(buffer, self.slab)
         pickler.dump(self.batch)
         pickler.forget()
-        return (_rebuild_delivery, (buffer.getvalue(), self.slab, self.serial))
+        return (_rebuild_delivery, (buffer.getvalue(), self.slab, self.serial, self.reads))
 
 
 class _SlabPickler(ForkingPickler):
@@ -148,17 +150,17 @@ class _SlabUnpickler(pickle.Unpickler):
         return view.set_(self._storage, offset // view.element_size(), shape, stride)
 
 
-def _rebuild_delivery(payload: bytes, slab: torch.Tensor, serial: int) -> _Delivery:
+def _rebuild_delivery(payload: bytes, slab: torch.Tensor, serial: int, reads: BatchReads | None = None) -> _Delivery:
     unpickler = _SlabUnpickler(payload, slab)
     batch = unpickler.load()
     unpickler.forget()
-    return _Delivery(batch=batch, slab=slab, serial=serial)
+    return _Delivery(batch=batch, slab=slab, serial=serial, reads=reads)
 
 
 def _build(source: BatchSource, indices: np.ndarray) -> _Delivery:
-    with batch_slab() as built:
+    with recording() as reads, batch_slab() as built:
         batch = source.get_batch(indices)
-    return _Delivery(batch=batch, slab=built.slab, serial=built.serial)
+    return _Delivery(batch=batch, slab=built.slab, serial=built.serial, reads=reads[0])
 
 
 class _ByIndexArray(torch.utils.data.Dataset):
@@ -213,6 +215,7 @@ class _Prepared:
     batches: list[np.ndarray]
     first: Any  # the first batch to train (after `skip`), or None for an empty window
     built_s: float
+    first_reads: BatchReads | None = None
 
 
 class StreamingLoader:
@@ -223,7 +226,8 @@ class StreamingLoader:
     window's batches from `skip` on and starts preparing `next_key` as soon as it begins.
     The first batch of a prepared window comes straight from the background thread; the rest
     come from the persistent workers. `boundary_waits` records, per window, how long the loop
-    waited for that window's first batch.
+    waited for that window's first batch. `reads_sink`, when set, receives the `BatchReads` of
+    every batch it yields (the training loader's load profile).
     """
 
     def __init__(
@@ -237,6 +241,8 @@ class StreamingLoader:
     ) -> None:
         self.source = source
         self.build_window = build_window
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor if num_workers > 0 else 0
+        self.reads_sink: Callable[[BatchReads], None] | None = None
         self._sampler = _SwitchableBatches()
         # a private generator: creating an iterator must not consume the global torch RNG, or a
         # resumed run would draw different dropout masks than an uninterrupted one
@@ -261,8 +267,9 @@ class StreamingLoader:
     def _prepare(self, key: int, skip: int) -> _Prepared:
         t0 = time.perf_counter()
         batches = self.build_window(key)
-        first = _build(self.source, batches[skip]).batch if skip < len(batches) else None
-        return _Prepared(key=key, skip=skip, batches=batches, first=first, built_s=time.perf_counter() - t0)
+        first = _build(self.source, batches[skip]) if skip < len(batches) else None
+        return _Prepared(key=key, skip=skip, batches=batches, first=None if first is None else first.batch,
+                         built_s=time.perf_counter() - t0, first_reads=None if first is None else first.reads)
 
     def prefetch(self, key: int, *, skip: int = 0) -> None:
         with self._lock:
@@ -294,10 +301,14 @@ class StreamingLoader:
         self.boundary_waits[key] = time.perf_counter() - t0
         if next_key is not None:
             self.prefetch(next_key)
+        if self.reads_sink is not None and prepared.first_reads is not None:
+            self.reads_sink(prepared.first_reads)
         yield skip, prepared.first
         for offset, delivery in enumerate(workers, start=skip + 1):
             shared = delivery.slab is not None and delivery.slab.is_shared()
             self._slabs.receive(delivery.slab if shared else None, delivery.serial)
+            if self.reads_sink is not None and delivery.reads is not None:
+                self.reads_sink(delivery.reads)
             batch = delivery.batch
             del delivery  # the batch's views alone keep its slab in use from here on
             yield offset, batch

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from common.load_profile.reads import is_recording, note_reads, note_records
 from flux.data import hf_disk
 from flux.data.batch import FluxBatch, batch_buffer
 from flux.data.npy_codec import NpyHeader, is_bf16_bits, parse_npy_header
@@ -55,16 +56,21 @@ class _CellFormat:
         return self.header.data_offset + self.header.payload_bytes
 
 
-def _map_file(path: Path, *, readahead: bool) -> pa.NativeFile:
-    """The whole file memory-mapped, read-only; with readahead=False the kernel reads only the
-    pages touched (MADV_RANDOM), instead of a read_ahead_kb window around each first touch."""
+def _map_file(path: Path, *, readahead: bool) -> tuple[pa.NativeFile, int]:
+    """The whole file memory-mapped, read-only, and the address it is mapped at; with
+    readahead=False the kernel reads only the pages touched (MADV_RANDOM), instead of a
+    read_ahead_kb window around each first touch."""
     if readahead:
-        return pa.memory_map(str(path))
+        mapped = pa.memory_map(str(path))
+        base = mapped.read_buffer(mapped.size()).address
+        mapped.seek(0)
+        return mapped, base
     with open(path, "rb") as handle:
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
         mapping.madvise(mmap.MADV_RANDOM)
-    return pa.BufferReader(pa.py_buffer(mapping))
+    buffer = pa.py_buffer(mapping)
+    return pa.BufferReader(buffer), buffer.address
 
 
 class _MappedShard:
@@ -73,7 +79,7 @@ class _MappedShard:
     def __init__(self, path: Path, *, readahead: bool) -> None:
         self.path = path
         try:
-            self._file = _map_file(path, readahead=readahead)
+            self._file, self.base_address = _map_file(path, readahead=readahead)
             reader = pa.ipc.open_stream(self._file)
         except (pa.ArrowInvalid, OSError, ValueError) as error:  # mmap of an empty file is a ValueError
             raise FluxDataError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt?): {error}") from None
@@ -126,6 +132,14 @@ class _MappedShard:
     def timestep(self, row: int) -> int:
         batch, local = self.locate(row)
         return int(self.timesteps[batch][local])
+
+    def file_offset(self, values: np.ndarray) -> int:
+        """Where in the file a view into the mapping starts (the load profile's read offsets)."""
+        return values.ctypes.data - self.base_address
+
+    def timestep_view(self, row: int) -> np.ndarray:
+        batch, local = self.locate(row)
+        return self.timesteps[batch][local : local + 1]
 
     def key(self, row: int) -> str:
         batch, local = self.locate(row)
@@ -307,9 +321,12 @@ class FluxArrowDataset:
                 self._open.move_to_end(shard)
             return mapped
 
-    def _copy_cell(self, mapped: _MappedShard, column: str, row: int, destination: np.ndarray) -> int:
+    def _copy_cell(self, mapped: _MappedShard, column: str, row: int, destination: np.ndarray, *,
+                   note: bool = False) -> int:
         cell_format = self._index.formats[column]
         blob = mapped.cell(column, row)
+        if note:
+            note_reads(mapped.path, mapped.file_offset(blob), len(blob))
         offset = cell_format.header.data_offset
         if len(blob) != cell_format.cell_bytes or bytes(blob[:offset]) != cell_format.header_bytes:
             found = mapped.cell_format(column, row)  # raises on a broken cell
@@ -336,13 +353,21 @@ class FluxArrowDataset:
         # int16 numpy views of the bf16 tensors: the copy moves bit patterns, never converts
         flat = {name: tensor.view(torch.int16).numpy().reshape(size, -1) for name, tensor in tensors.items()}
         timestep = batch_buffer((size,), torch.int64) if self.has_timestep else None
-        num_bytes = 0
+        recording = is_recording()
+        per_sample = np.zeros(size, dtype=np.int64)  # the cells' bytes
+        timestep_bytes = 0
         for slot, (shard, row) in enumerate(zip(shards.tolist(), rows.tolist(), strict=False)):
             mapped = self._shard(shard)
             for column in TENSOR_COLUMNS:
-                num_bytes += self._copy_cell(mapped, column, row, flat[column][slot])
+                per_sample[slot] += self._copy_cell(mapped, column, row, flat[column][slot], note=recording)
             if timestep is not None:
                 timestep[slot] = mapped.timestep(row)
+                if recording:
+                    view = mapped.timestep_view(row)
+                    note_reads(mapped.path, mapped.file_offset(view), view.nbytes)
+                    timestep_bytes = view.nbytes
+        num_bytes = int(per_sample.sum())
+        note_records(per_sample + timestep_bytes)
         sample_ids = batch_buffer((size,), torch.int64)
         sample_ids.copy_(torch.from_numpy(indices))
         return FluxBatch(
@@ -354,6 +379,26 @@ class FluxArrowDataset:
             sample_ids=sample_ids,
             num_bytes=num_bytes,
         )
+
+    def storage_description(self) -> dict[str, Any]:
+        """The shards of this split and the cells a sample reads (load profile, DLIO export)."""
+        paths = self.shard_paths
+        columns = []
+        for name in TENSOR_COLUMNS:
+            header = self._index.formats[name].header
+            columns.append({"name": name, "dtype": "bfloat16", "shape": list(header.shape),
+                            "elements": int(np.prod(header.shape)), "bytes": self._index.formats[name].cell_bytes,
+                            "npy_header_bytes": header.data_offset})
+        if self.has_timestep:
+            columns.append({"name": TIMESTEP_COLUMN, "dtype": "int64", "shape": [], "elements": 1, "bytes": 8})
+        return {
+            "format": "arrow",
+            "root": str(self.split_dir),
+            "files": len(paths),
+            "bytes": int(sum(p.stat().st_size for p in paths)),
+            "samples": len(self),
+            "columns": columns,
+        }
 
     def key(self, index: int) -> str:
         """The `__key__` of sample `index` (webdataset key or image id)."""

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
+from common.load_profile.reads import is_recording, note_array_reads, note_records
 from recommendation_v4.data import features, hashing, schema
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.batch import HSTUBatch
@@ -33,6 +34,9 @@ from recommendation_v4.data.samples import YambdaSample, assemble_batch, collate
 
 DEFAULT_HOLDOUT_SALT = "yambda-holdout-v1"
 ANCHOR_CACHE_DIR = "anchor_cache"
+# the event columns a sample reads at its anchor row and at each of its history rows
+ANCHOR_EVENT_COLUMNS = ("uid", "item_id", "artist_id", "album_id", "is_organic", "timestamp", "played_ratio_pct")
+HISTORY_EVENT_COLUMNS = ("item_id", "artist_id", "album_id", "timestamp")
 _FILTER_CHUNK_ROWS = 1 << 24
 _SECONDS_PER_HOUR = 3_600
 
@@ -221,13 +225,62 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
             rows = self._anchor_rows(indices)
             data = self.data
             user_start = np.asarray(data.user_offsets[data.user_index_of_rows(rows)], dtype=np.int64)
+            recording = is_recording()
             history_rows, pools, lengths = gather_history_rows(
-                data.pool_rows, user_start=user_start, anchor_rows=rows, per_pool=self.per_pool
+                data.pool_rows, user_start=user_start, anchor_rows=rows, per_pool=self.per_pool,
+                on_window=note_array_reads if recording else None,
             )
             with record_function("## history_gather_columns ##"):
                 history = self._history_columns(history_rows, pools)
             anchor = self._anchor_features(rows)
+            if recording:
+                self._note_reads(indices, rows, history_rows, lengths)
             return assemble_batch(uih_lengths=lengths, history=history, sample_ids=rows, **anchor)
+
+    def _note_reads(self, indices: np.ndarray, rows: np.ndarray, history_rows: np.ndarray, lengths: np.ndarray) -> None:
+        """The load profile's account of one batch: per sample its anchor index, the anchor event's
+        columns, its history windows in the pool indexes (noted by the gather) and the history
+        events' columns, each sample's history read as one range per column from its first row."""
+        events = self.data.events
+        note_array_reads(self.anchors, np.asarray(indices, dtype=np.int64), 1)
+        for column in ANCHOR_EVENT_COLUMNS:
+            note_array_reads(events[column], rows, 1)
+        first = np.zeros(lengths.shape, dtype=np.int64)
+        has = lengths > 0
+        first[has] = history_rows[(np.cumsum(lengths) - lengths)[has]]
+        for column in HISTORY_EVENT_COLUMNS:
+            note_array_reads(events[column], first, lengths)
+        note_records(self.bytes_per_sample(lengths))
+
+    def bytes_per_sample(self, history_lengths: np.ndarray) -> np.ndarray:
+        """Bytes a sample with each history length reads (see _note_reads)."""
+        events = self.data.events
+        fixed = self.anchors.itemsize + sum(events[c].itemsize for c in ANCHOR_EVENT_COLUMNS)
+        per_event = sum(events[c].itemsize for c in HISTORY_EVENT_COLUMNS) + self.data.pool_rows[0].itemsize
+        return fixed + np.asarray(history_lengths, dtype=np.int64) * per_event
+
+    def storage_description(self) -> dict[str, Any]:
+        """The files this split is read from and what a sample reads of each (load profile, DLIO export)."""
+        data = self.data
+        files = sorted(p for p in data.directory.rglob("*.npy") if ANCHOR_CACHE_DIR not in p.parts)
+        events = data.events
+        columns = [{"name": "anchor_index", "dtype": str(self.anchors.dtype), "elements": 1, "per": "sample"}]
+        columns += [{"name": f"anchor_{c}", "dtype": str(events[c].dtype), "elements": 1, "per": "sample"}
+                    for c in ANCHOR_EVENT_COLUMNS]
+        columns += [{"name": f"history_{c}", "dtype": str(events[c].dtype), "elements": 1, "per": "history_event"}
+                    for c in HISTORY_EVENT_COLUMNS]
+        columns.append({"name": "history_pool_row", "dtype": str(data.pool_rows[0].dtype), "elements": 1,
+                        "per": "history_event"})
+        return {
+            "format": "npy-columns",
+            "root": str(data.directory),
+            "files": len(files),
+            "bytes": int(sum(p.stat().st_size for p in files)),
+            "samples": len(self),
+            "events": data.num_events,
+            "history_length": self.history_length,
+            "columns": columns,
+        }
 
     def sample(self, index: int) -> YambdaSample:
         """One sample, built on its own (the reference for get_batch)."""

@@ -7,7 +7,7 @@ The pools are merged chronologically (by row, which is time order within a user)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from torch.profiler import record_function
@@ -35,11 +35,13 @@ def pool_windows(
 
 
 def gather_history_rows(
-    pool_rows: Sequence[np.ndarray], *, user_start: np.ndarray, anchor_rows: np.ndarray, per_pool: int
+    pool_rows: Sequence[np.ndarray], *, user_start: np.ndarray, anchor_rows: np.ndarray, per_pool: int,
+    on_window: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merged history of every anchor: (event rows, pool index per row, length per anchor).
 
-    Rows come back grouped by anchor, each group in chronological order.
+    Rows come back grouped by anchor, each group in chronological order. `on_window(pool_rows[p],
+    start, count)` is told each pool's window per anchor (the load profile records those reads).
     """
     batch = anchor_rows.size
     if batch >= _MAX_BATCH:
@@ -49,6 +51,8 @@ def gather_history_rows(
     with record_function("## history_pool_windows ##"):
         for pool, rows in enumerate(pool_rows):
             start, count = pool_windows(rows, user_start=user_start, anchor_rows=anchor_rows, per_pool=per_pool)
+            if on_window is not None:
+                on_window(rows, start, count)
             lengths += count
             picked = np.asarray(rows[jagged_arange(start, count)], dtype=np.int64)
             owner = np.repeat(np.arange(batch, dtype=np.int64), count)

@@ -16,6 +16,7 @@ import torch
 
 from retinanet.data import layout
 from common.batch_arena import batch_empty
+from common.load_profile.reads import note_reads, note_records
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.data.records import ImageRecord
@@ -98,6 +99,29 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def storage_description(self, *, sampled_files: int = 2000) -> dict:
+        """The image files of this split (load profile, DLIO export). Sizes come from `sampled_files`
+        files spread over the split, so describing a million-image split stays a quick look."""
+        step = max(1, len(self.records) // sampled_files)
+        sizes = []
+        for record in self.records[::step]:
+            try:
+                sizes.append((self.images_dir / record.file_name).stat().st_size)
+            except OSError:
+                continue
+        mean = float(np.mean(sizes)) if sizes else 0.0
+        return {
+            "format": "jpeg",
+            "root": str(self.images_dir),
+            "files": len(self.records),
+            "bytes": int(round(mean * len(self.records))),
+            "bytes_exact": step == 1,
+            "samples": len(self.records),
+            "file_bytes_mean": mean,
+            "file_bytes_stdev": float(np.std(sizes)) if sizes else 0.0,
+            "image_size": self.settings.image_size,
+        }
+
     def __getitem__(self, index: int) -> DetectionSample | SkippedSample:
         """Image `index % len` with the augmentation of epoch `settings.epoch + index // len`.
 
@@ -127,6 +151,8 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
             raise BadImageError(f"{path}: image file is missing{source}") from error
         except OSError as error:
             raise BadImageError(f"{path}: image file cannot be read ({error})") from error
+        note_reads(path, 0, encoded.numel())  # the load profile: one whole-file read per image
+        note_records(encoded.numel())
         try:
             with torch.profiler.record_function("## retinanet.decode_jpeg ##"):
                 image = decode_jpeg_rgb(encoded)

@@ -128,6 +128,8 @@ def test_sigterm_to_the_process_group_saves_and_exits_0(trainer: TrainerUnderTes
     assert summary["preempted"] and summary["compliance"]["unexpected"] == 0
     assert {f["key"] for f in summary["compliance"]["failures"] if f["kind"] == "preempted"} >= {"run_stop"}
     assert "[compliance]" in log and "preempted, goes on after a relaunch: " in log
+    trained = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r]
+    _check_load_profile(run_dir, steps=len(trained), world_size=1)  # written at preemption too
 
 
 @pytest.mark.multiprocess
@@ -165,6 +167,7 @@ def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(train
         assert _sample_steps(killed_dir, rank) == list(range(1, trainer.steps + 1))  # none repeated or dropped
     assert _evaluations(killed_dir) == _evaluations(straight_dir)
     _check_trace_and_loss_events(straight_dir, expected)
+    _check_load_profile(straight_dir, steps=trainer.steps, world_size=2)
     # every weight and optimizer state at the end
     final = f"ckpt/step_{trainer.steps:09d}"
     a = _final_state(tmp_path / "straight" / final, tmp_path / "a.pt")
@@ -172,6 +175,30 @@ def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(train
     assert a.keys() == b.keys() and any("optim" in k for k in a)
     for key, value in a.items():
         assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key], key
+
+
+def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -> None:
+    """load_profile.json agrees with the run's own metrics, its plots are PNGs, and it exports."""
+    profile = json.loads((run_dir / "load_profile.json").read_text())
+    totals = profile["totals"]
+    assert profile["world_size"] == world_size and [r["rank"] for r in profile["ranks"]] == list(range(world_size))
+    assert totals["steps"] == steps and all(r["steps"] == steps for r in profile["ranks"])
+    assert totals["samples"] == steps * profile["global_batch_size"]
+    # every delivered batch was recorded; a sample's bytes (note_records) add up to its reads (note_reads)
+    assert profile["records"]["count"] >= totals["samples"]
+    assert totals["bytes_per_sample"] == pytest.approx(profile["records"]["mean"], rel=1e-9)
+    assert totals["bytes_per_sample"] > 0 and profile["reads"]["files_opened"] >= 1
+    logged = [r["compute_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "compute_s" in r]
+    assert profile["ranks"][0]["compute_s"]["mean"] == pytest.approx(sum(logged[3:]) / len(logged[3:]), rel=1e-4)
+    assert 0 < totals["au"] <= 1
+    for name in ("step_time", "record_sizes", "read_sizes", "throughput", "overview"):
+        assert (run_dir / "load_profile" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    exported = subprocess.run([sys.executable, "-m", "common.load_profile", "export", str(run_dir)], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    replay_yaml = next((run_dir / "dlio" / "dlio-2.0.0" / "workload").glob("*.yaml")).read_text()
+    assert f"record_length: {round(profile['records']['mean'])}\n" in replay_yaml
+    assert f"total_training_steps: {steps}\n" in replay_yaml
 
 
 TRACE_AND_LOSS_BINDINGS = ["common.TraceConfig.steps = [3]", "common.TraceConfig.active_steps = 2",

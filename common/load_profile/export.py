@@ -1,0 +1,305 @@
+"""`load_profile.json` -> DLIO workloads: MLPerf Storage's schema, and one DLIO 2.0.0 runs.
+
+Written under `RUN_DIR/dlio/`:
+
+    mlperf_storage/<model>_measured.yaml   workload in MLPerf Storage's 2026 schema (model.name,
+                                           record_length_bytes, parquet columns; the MLCommons
+                                           DLIO fork reads it): drop into configs/dlio/workload/
+    mlperf_storage/<model>_datagen.yaml    the matching data generation workload
+    dlio-2.0.0/workload/<model>_replay.yaml what PyPI's dlio-benchmark 2.0.0 reads (record_length, a
+                                           string model, a format it has): `replay` runs it
+
+How each figure is derived is written at the top of every file. Everything is computed and
+checked before the first file is written, and each file is written to a temporary name and
+renamed, so an export that fails leaves no half-written YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.load_profile.profiler import FORMAT, VERSION
+from common.load_profile.references import MODEL_OF_BENCHMARK, REFERENCES
+from common.load_profile.session import PROFILE_FILE
+
+EXPORT_DIR = "dlio"
+DLIO_2_DIR = "dlio-2.0.0"
+# DLIO 2.0.0 sleeps normal(mean, stdev) per step and raises on a negative draw: keep draws positive
+MAX_STDEV_FRACTION = 0.25
+# 2.0.0 has no parquet/arrow. indexed_binary reads each sample as one seek + read of exactly its bytes
+# from files holding many samples (flux's Arrow shards, DLRM's columns); npy with one sample per file
+# reads a whole file per sample, as RetinaNet reads a JPEG (decode time goes into preprocess_time).
+DLIO_2_FORMAT = {"flux": "indexed_binary", "dlrm": "indexed_binary", "retinanet": "npy"}
+# dtypes MLPerf Storage's parquet workloads use; a column of another dtype is written as the one of
+# the same width (the real dtype is named in the file's comments)
+_SAME_WIDTH = {"bfloat16": "float16", "uint16": "float16", "int16": "float16", "uint32": "float32", "int32": "float32",
+               "uint64": "float64", "int64": "float64", "uint8": "int8", "bool": "int8"}
+_WIDTH = {"float16": 2, "float32": 4, "float64": 8, "int8": 1}
+
+
+class ExportError(ValueError):
+    """One line naming the file and what is wrong with it."""
+
+
+def read_profile(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / PROFILE_FILE
+    if not Path(run_dir).is_dir():
+        raise ExportError(f"{run_dir}: not a directory (give the run directory a trainer wrote)")
+    if not path.is_file():
+        raise ExportError(f"{path}: no load profile in this run directory (runs write it at the end, or at preemption, "
+                          f"unless common.RunConfig.load_profile = False)")
+    try:
+        profile = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(profile, dict) or profile.get("format") != FORMAT:
+        raise ExportError(f"{path}: not a load profile (format is {profile.get('format') if isinstance(profile, dict) else None!r}, "
+                          f"expected {FORMAT!r})")
+    if profile.get("version") != VERSION:
+        raise ExportError(f"{path}: load profile version {profile.get('version')!r}; this export reads version {VERSION} "
+                          f"(rerun the training, or export with the project version that wrote it)")
+    for key in ("benchmark", "totals", "records", "dataset", "batch_size", "world_size"):
+        if key not in profile:
+            raise ExportError(f"{path}: field {key!r} is missing")
+    if profile["benchmark"] not in MODEL_OF_BENCHMARK:
+        raise ExportError(f"{path}: benchmark {profile['benchmark']!r} has no MLPerf Storage workload "
+                          f"(known: {', '.join(MODEL_OF_BENCHMARK)})")
+    if not profile["dataset"]:
+        raise ExportError(f"{path}: field 'dataset' is empty (the training loader's source did not describe its files)")
+    if not profile["totals"].get("steps") or not profile["records"].get("count"):
+        raise ExportError(f"{path}: no training step or no sample recorded: nothing to export")
+    return profile
+
+
+# ---------------------------------------------------------------------------- figures
+def _step_compute(profile: dict[str, Any]) -> tuple[float, float]:
+    """Seconds per step that the accelerator is busy in DLIO's model of a step: the measured step
+    time without its data wait (compute, plus the loop's per-step logging and agreement), steady
+    steps only. Its stdev is capped (MAX_STDEV_FRACTION of the mean)."""
+    walls = [r["step_wall_s"] for r in profile["ranks"]]
+    waits = [r["data_wait_s"] for r in profile["ranks"]]
+    mean = sum(w.get("mean", 0.0) - d.get("mean", 0.0) for w, d in zip(walls, waits, strict=True)) / len(walls)
+    stdev = max(r["compute_s"].get("stdev", 0.0) for r in profile["ranks"])
+    return max(mean, 0.0), min(stdev, MAX_STDEV_FRACTION * max(mean, 0.0))
+
+
+def _samples_per_file(profile: dict[str, Any]) -> tuple[int, int]:
+    """(files, samples per file) of the training data, as stored."""
+    d = profile["dataset"]
+    if d["format"] == "jpeg":
+        return int(d["files"]), 1
+    if d["format"] == "npy-columns":  # one array per column: every sample lives in the same files
+        return 1, int(d["samples"])
+    return int(d["files"]), max(1, round(d["samples"] / max(d["files"], 1)))
+
+
+def _parquet_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parquet column list (name, dtype, size in elements) as measured, and a note per column."""
+    d = profile["dataset"]
+    columns, notes = [], []
+    if d["format"] == "arrow":
+        for c in d["columns"]:
+            dtype = _SAME_WIDTH.get(c["dtype"], c["dtype"])
+            width = _WIDTH.get(dtype, 1)
+            size = math.ceil(c["bytes"] / width)
+            columns.append({"name": c["name"], "dtype": dtype, "size": size})
+            shape = "x".join(map(str, c["shape"])) or "scalar"
+            notes.append(f"{c['name']}: {c['dtype']} [{shape}] = {c['bytes']} B per sample"
+                         + (f" with its {c['npy_header_bytes']} B npy header" if c.get("npy_header_bytes") else "")
+                         + (f"; written as {dtype} (same width)" if dtype != c["dtype"] else ""))
+        return columns, notes
+    # DLRM: per-sample columns once, history columns once per history event (mean length, measured)
+    per_sample = [c for c in d["columns"] if c["per"] == "sample"]
+    per_event = [c for c in d["columns"] if c["per"] == "history_event"]
+    fixed = sum(_WIDTH[_SAME_WIDTH.get(c["dtype"], c["dtype"])] for c in per_sample)
+    per_event_bytes = sum(_WIDTH[_SAME_WIDTH.get(c["dtype"], c["dtype"])] for c in per_event)
+    history = max((profile["records"]["mean"] - fixed) / per_event_bytes, 0.0)
+    for c in per_sample + per_event:
+        dtype = _SAME_WIDTH.get(c["dtype"], c["dtype"])
+        size = 1 if c["per"] == "sample" else max(1, round(history))
+        columns.append({"name": c["name"], "dtype": dtype, "size": size})
+        notes.append(f"{c['name']}: {c['dtype']} x {size}" + (" (one per history event)" if c["per"] != "sample" else "")
+                     + (f"; written as {dtype} (same width)" if dtype != c["dtype"] else ""))
+    notes.append(f"mean history length read per sample: {history:.1f} events (of at most {d.get('history_length')})")
+    return columns, notes
+
+
+def _header(profile: dict[str, Any], *, what: str, lines: list[str]) -> str:
+    t = profile["totals"]
+    body = [
+        f"{what}",
+        f"Measured by common.load_profile in {profile['run_dir']} ({profile['config_file']}),",
+        f"{profile['created']} on {profile['host']}: {profile['device']}, {profile['world_size']} rank(s), batch "
+        f"{profile['batch_size']}/rank (global {profile['global_batch_size']}), {profile['reader_workers']} loader "
+        f"worker(s) x prefetch {profile['prefetch_factor']}, {t['steps']} steps.",
+        f"Measured: {t['samples_per_s']:.2f} samples/s, {t['mb_per_s']:.3f} MB/s, AU {t['au']:.4f}, "
+        f"{t['bytes_per_sample']:.1f} B read per sample (record mean {profile['records']['mean']:.1f} B, "
+        f"stdev {profile['records']['stdev']:.1f} B).",
+        *lines,
+    ]
+    return "".join(f"# {line}\n" if line else "#\n" for line in body)
+
+
+def _dump(header: str, body: dict[str, Any]) -> str:
+    return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100)
+
+
+def mlperf_storage_workloads(profile: dict[str, Any]) -> dict[str, str]:
+    """{file name: text} of the MLPerf Storage workload and datagen YAMLs."""
+    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    ref = REFERENCES[model]
+    files, per_file = _samples_per_file(profile)
+    records = profile["records"]
+    compute, compute_stdev = _step_compute(profile)
+    dataset: dict[str, Any] = {
+        "data_folder": f"data/{model}/",
+        "format": ref.format,
+        "num_files_train": files,
+        "num_samples_per_file": per_file,
+        "record_length_bytes": round(records["mean"]),
+        "record_length_bytes_stdev": round(records["stdev"]),
+    }
+    notes = [f"num_files_train x num_samples_per_file: the training data this run read ({profile['dataset']['root']}: "
+             f"{profile['dataset']['files']} file(s), {profile['dataset']['samples']} samples)."]
+    if ref.format == "parquet":
+        dataset["compression"] = "none"
+        columns, column_notes = _parquet_columns(profile)
+        dataset["parquet"] = {"columns": columns}
+        notes += ["parquet columns (size in elements of dtype):", *[f"  {n}" for n in column_notes]]
+    if profile["dataset"]["format"] == "npy-columns":
+        notes.append("DLRMv4's processed Yambda data is one memory-mapped array per column, so every sample reads "
+                     "from the same files: num_files_train 1.")
+    model_section: dict[str, Any] = {"name": model}
+    if ref.model_type:
+        model_section["type"] = ref.model_type
+    workload = {
+        "model": model_section,
+        "framework": "pytorch",
+        "workflow": {"generate_data": False, "train": True, "checkpoint": False},
+        "dataset": dataset,
+        "reader": {
+            "data_loader": "pytorch",
+            "batch_size": profile["batch_size"],
+            "read_threads": max(profile["reader_workers"], 1),
+            "prefetch_size": max(profile["batches_in_flight"], 1),
+            "file_shuffle": "seed",
+            "sample_shuffle": "seed",
+        },
+        "train": {"epochs": 1, "computation_time": round(compute, 6), "computation_time_stdev": round(compute_stdev, 6)},
+        "metric": {"au": ref.au},
+    }
+    lines = [*notes,
+             f"computation_time: the measured step time without its data wait, mean over steady steps and ranks "
+             f"(stdev capped at {MAX_STDEV_FRACTION:.0%} of it); measured on {profile['device']}, not on {model}'s "
+             f"MLPerf accelerator.",
+             f"metric.au: MLPerf Storage's threshold for {model}.",
+             f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
+             f"computation_time {ref.computation_time}."]
+    datagen = {
+        "model": model_section,
+        "framework": "pytorch",
+        "workflow": {"generate_data": True, "train": False, "checkpoint": False},
+        "dataset": dataset,
+    }
+    return {
+        f"{model}_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}, measured.", lines=lines),
+                                        workload),
+        f"{model}_datagen.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, measured.",
+                                               lines=notes), datagen),
+    }
+
+
+def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
+    """(workload name, YAML text) for dlio-benchmark 2.0.0, sized to replay this run's steps."""
+    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    ref = REFERENCES[model]
+    fmt = DLIO_2_FORMAT[model]
+    records = profile["records"]
+    t = profile["totals"]
+    world, batch = profile["world_size"], profile["batch_size"]
+    steps = int(t["steps"])
+    _, stored_per_file = _samples_per_file(profile)
+    per_file = 1 if fmt == "npy" else max(1, min(stored_per_file, steps * batch * world))
+    files = max(world, math.ceil(steps * batch * world / per_file))
+    compute, compute_stdev = _step_compute(profile)
+    build = t["batch_build_s"]
+    # a loader worker's time per sample (read + decode + assemble), which DLIO spends as a sleep per
+    # sample in its reader threads
+    preprocess = build.get("mean", 0.0) / batch if build.get("count") else 0.0
+    preprocess_stdev = min(build.get("stdev", 0.0) / batch, MAX_STDEV_FRACTION * preprocess)
+    body = {
+        "model": f"{model}_replay",
+        "framework": "pytorch",
+        "workflow": {"generate_data": False, "train": True, "checkpoint": False, "evaluation": False},
+        "dataset": {
+            "data_folder": f"data/{model}_replay/",
+            "format": fmt,
+            "num_files_train": files,
+            "num_samples_per_file": per_file,
+            "record_length": max(1, round(records["mean"])),
+            "record_length_stdev": 0,
+            "file_prefix": "sample",
+        },
+        "reader": {
+            "data_loader": "pytorch",
+            "batch_size": batch,
+            "read_threads": profile["reader_workers"],
+            "prefetch_size": max(profile["batches_in_flight"], 1),
+            "file_shuffle": "seed",
+            "sample_shuffle": "seed",
+            "preprocess_time": round(preprocess, 7),
+            "preprocess_time_stdev": round(preprocess_stdev, 7),
+        },
+        "train": {"epochs": 1, "total_training_steps": steps, "computation_time": round(compute, 6),
+                  "computation_time_stdev": round(compute_stdev, 6), "seed": 123},
+        "metric": {"au": ref.au},
+    }
+    lines = [
+        "For dlio-benchmark 2.0.0 (PyPI): record_length (not record_length_bytes), a string model.",
+        f"format {fmt}: " + ("2.0.0 has no parquet/arrow; indexed_binary reads each sample as one seek + read of "
+                             "exactly record_length bytes from files of many samples, as the trainer reads "
+                             "rows of its files at random." if fmt == "indexed_binary" else
+                             "one sample per file, read whole, as the trainer reads one JPEG per sample; 2.0.0's "
+                             "jpeg generator does not write files of record_length bytes, npy does (+128 B header)."),
+        f"num_files_train x num_samples_per_file: enough samples for the {steps} measured steps x {batch} x {world} "
+        f"rank(s), in files of {per_file} sample(s).",
+        f"record_length_stdev 0: the mean is what matters for bytes/s (measured stdev {records['stdev']:.1f} B).",
+        "computation_time: the measured step time without its data wait (compute plus the loop's per-step work), "
+        "mean over steady steps and ranks.",
+        f"preprocess_time: a loader worker's batch build time per sample (mean {build.get('mean', 0.0) * 1e3:.3f} ms "
+        f"per batch of {batch}).",
+        f"Replay: python -m common.load_profile replay {profile['run_dir']}",
+    ]
+    name = f"{model}_replay"
+    return name, _dump(_header(profile, what=f"DLIO 2.0.0 replay of {model}'s measured load.", lines=lines), body)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(text)
+    os.replace(staging, path)
+
+
+def export(run_dir: Path) -> list[Path]:
+    """Writes the three YAMLs (see the module doc); returns their paths."""
+    run_dir = Path(run_dir)
+    profile = read_profile(run_dir)
+    try:
+        texts = {Path("mlperf_storage") / name: text for name, text in mlperf_storage_workloads(profile).items()}
+        name, text = dlio_2_workload(profile)
+    except (KeyError, TypeError, ZeroDivisionError) as error:
+        raise ExportError(f"{run_dir / PROFILE_FILE}: field {error} is missing or malformed") from None
+    texts[Path(DLIO_2_DIR) / "workload" / f"{name}.yaml"] = text
+    out = run_dir / EXPORT_DIR
+    written = []
+    for relative, content in texts.items():
+        _write_atomically(out / relative, content)
+        written.append(out / relative)
+    return written

@@ -1,0 +1,77 @@
+"""The load profile of one launch, as the run lifecycle (common.run) drives it.
+
+`start` attaches a LoadProfiler to the training loader and hands it to the loop; `finish`
+(after training ended or was preempted, on every rank) gathers the ranks' parts, and rank 0
+writes `load_profile.json`, the plots and prints the one-line summary. A resumed launch
+profiles only what it ran itself: the profile of an earlier launch is kept beside it as
+`load_profile.until_step<N>.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from common.collectives import gather_objects
+from common.load_profile.merge import merge, summary_line
+from common.load_profile.profiler import LoaderSetup, LoadProfiler
+
+PROFILE_FILE = "load_profile.json"
+PLOTS_DIR = "load_profile"
+
+
+class ProfileSession:
+    def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
+                 loader: Any, hyperparameters: Mapping[str, Any], start_step: int) -> None:
+        self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
+        self.rank = rank
+        global_batch = int(hyperparameters.get("global_batch_size", 0))
+        setup = LoaderSetup(batch_size=global_batch // max(world_size, 1), global_batch_size=global_batch,
+                            num_workers=int(getattr(loader, "num_workers", 0)),
+                            prefetch_factor=int(getattr(loader, "prefetch_factor", 0)))
+        self.profiler = LoadProfiler(rank=rank, world_size=world_size, device=device, setup=setup, start_step=start_step)
+        self.loader = loader
+        loader.reads_sink = self.profiler.batch
+        describe = getattr(loader.source, "storage_description", None)
+        self.dataset = describe() if callable(describe) else None
+
+    def finish(self) -> dict[str, Any] | None:
+        """Collective: every rank calls it. Rank 0 writes the files and returns the profile."""
+        self.loader.reads_sink = None
+        parts = gather_objects(self.profiler.part())
+        if self.rank != 0:
+            return None
+        if not any(p["steps"]["wall_s"] for p in parts):
+            print("[load] no training step ran in this launch: no load profile written", flush=True)
+            return None
+        profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
+                        dataset=self.dataset)
+        write_profile(self.run_dir, profile)
+        print(summary_line(profile), flush=True)
+        try:
+            from common.load_profile.plots import write_plots
+
+            written = write_plots(profile, self.run_dir / PLOTS_DIR)
+            print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
+                  f"export: python -m common.load_profile export {self.run_dir}", flush=True)
+        except ImportError as error:  # matplotlib missing: the numbers are still there
+            print(f"[load] {self.run_dir / PROFILE_FILE} (no plots: {error})", flush=True)
+        return profile
+
+
+def write_profile(run_dir: Path, profile: dict[str, Any]) -> Path:
+    """Writes load_profile.json atomically, keeping an earlier launch's profile under its own name."""
+    path = run_dir / PROFILE_FILE
+    if path.exists() and profile.get("start_step", 0) > 0:
+        try:
+            previous = json.loads(path.read_text())
+            last = previous.get("start_step", 0) + previous.get("totals", {}).get("steps", 0)
+            os.replace(path, run_dir / f"load_profile.until_step{last}.json")
+        except (OSError, ValueError, AttributeError):
+            pass  # an unreadable earlier profile is replaced
+    staging = path.with_suffix(".json.tmp")
+    staging.write_text(json.dumps(profile, indent=1) + "\n")
+    os.replace(staging, path)
+    return path
