@@ -161,7 +161,7 @@ def summary_line(profile: dict[str, Any]) -> str:
     wait, compute = t["data_wait_s"], t["compute_s"]
     reads = profile["reads"]
     seq = reads["sequential_fraction"]
-    access = "n/a" if seq is None else ("sequential" if seq >= 0.5 else "random") + f" {max(seq, 1 - seq):.0%}"
+    access = "one read per file opened" if seq is None else ("sequential" if seq >= 0.5 else "random") + f" {max(seq, 1 - seq):.0%}"
     return (f"[load] {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s, "
             f"{t['bytes_per_sample']:,.0f} B/sample, AU {t['au']:.1%}, step: compute "
             f"{compute.get('mean', 0) * 1e3:.1f} ms + data wait {wait.get('mean', 0) * 1e3:.2f} ms; "
