@@ -1,11 +1,12 @@
 # Two entry points, each self-sufficient on a fresh machine: the first use builds .venv/.
 #   make run    DLRM-HSTU on generated Yambda-schema data, CPU, small (a few minutes)
 #   make test   the test suite
+#   make replay RUN=<run dir>   replays the run's exported load with DLIO 2.0.0 (builds .venv-dlio/ on first use)
 VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.stack-installed
 
-.PHONY: run test test-fast bench venv clean-venv
+.PHONY: run test test-fast bench replay venv clean-venv
 
 venv: $(STAMP)
 
@@ -24,6 +25,12 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	bash scripts/benchmark.sh
+
+# DLIO itself runs in .venv-dlio/ (scripts/setup_dlio_env.sh); the replay module builds it when missing
+replay:
+	@test -n "$(RUN)" || { echo "usage: make replay RUN=<run dir>" >&2; exit 2; }
+	@$(MAKE) -s --no-print-directory $(STAMP)
+	$(PYTHON) -m common.load_profile replay $(RUN)
 
 clean-venv:
 	rm -rf $(VENV)

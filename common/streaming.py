@@ -157,7 +157,11 @@ def _rebuild_delivery(payload: bytes, slab: torch.Tensor, serial: int, reads: Ba
     return _Delivery(batch=batch, slab=slab, serial=serial, reads=reads)
 
 
-def _build(source: BatchSource, indices: np.ndarray) -> _Delivery:
+def _build(source: BatchSource, indices: np.ndarray, *, record: bool = False) -> _Delivery:
+    if not record:
+        with batch_slab() as built:
+            batch = source.get_batch(indices)
+        return _Delivery(batch=batch, slab=built.slab, serial=built.serial)
     with recording() as reads, batch_slab() as built:
         batch = source.get_batch(indices)
     return _Delivery(batch=batch, slab=built.slab, serial=built.serial, reads=reads[0])
@@ -166,9 +170,10 @@ def _build(source: BatchSource, indices: np.ndarray) -> _Delivery:
 class _ByIndexArray(torch.utils.data.Dataset):
     def __init__(self, source: BatchSource) -> None:
         self.source = source
+        self.record = False  # what a worker builds carries its reads (common.load_profile)
 
     def __getitem__(self, indices: np.ndarray) -> _Delivery:
-        return _build(self.source, indices)
+        return _build(self.source, indices, record=self.record)
 
     def __len__(self) -> int:  # the sampler decides; DataLoader only needs the method
         return 0
@@ -226,8 +231,9 @@ class StreamingLoader:
     window's batches from `skip` on and starts preparing `next_key` as soon as it begins.
     The first batch of a prepared window comes straight from the background thread; the rest
     come from the persistent workers. `boundary_waits` records, per window, how long the loop
-    waited for that window's first batch. `reads_sink`, when set, receives the `BatchReads` of
-    every batch it yields (the training loader's load profile).
+    waited for that window's first batch. `reads_sink`, when set before the first `iterate`
+    (workers take their copy of the dataset then), receives the `BatchReads` of every batch it
+    yields (the training loader's load profile); without one, nothing is recorded.
     """
 
     def __init__(
@@ -242,12 +248,13 @@ class StreamingLoader:
         self.source = source
         self.build_window = build_window
         self.num_workers, self.prefetch_factor = num_workers, prefetch_factor if num_workers > 0 else 0
-        self.reads_sink: Callable[[BatchReads], None] | None = None
+        self._reads_sink: Callable[[BatchReads], None] | None = None
         self._sampler = _SwitchableBatches()
         # a private generator: creating an iterator must not consume the global torch RNG, or a
         # resumed run would draw different dropout masks than an uninterrupted one
+        self._by_index = _ByIndexArray(source)
         self._loader = torch.utils.data.DataLoader(
-            _ByIndexArray(source),
+            self._by_index,
             sampler=self._sampler,
             batch_size=None,
             collate_fn=_identity,
@@ -264,10 +271,19 @@ class StreamingLoader:
         self.boundary_waits: dict[int, float] = {}
         self.window_sizes: dict[int, int] = {}
 
+    @property
+    def reads_sink(self) -> Callable[[BatchReads], None] | None:
+        return self._reads_sink
+
+    @reads_sink.setter
+    def reads_sink(self, sink: Callable[[BatchReads], None] | None) -> None:
+        self._reads_sink = sink
+        self._by_index.record = sink is not None
+
     def _prepare(self, key: int, skip: int) -> _Prepared:
         t0 = time.perf_counter()
         batches = self.build_window(key)
-        first = _build(self.source, batches[skip]) if skip < len(batches) else None
+        first = _build(self.source, batches[skip], record=self._by_index.record) if skip < len(batches) else None
         return _Prepared(key=key, skip=skip, batches=batches, first=None if first is None else first.batch,
                          built_s=time.perf_counter() - t0, first_reads=None if first is None else first.reads)
 

@@ -215,6 +215,38 @@ def mlperf_storage_workloads(profile: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# DLIO 2.0.0's own reader cost per sample (pytorch loader, one __getitem__ per sample), measured
+# here at 1-1.4 ms: a trainer that builds batches vectorised outruns one DLIO reader thread near
+# 1,000 samples/s, so the replay adds reader threads and spreads the modelled work over them
+DLIO_READER_S_PER_SAMPLE = 0.0014
+# DLIO copies every sample into a record_length_resize-sized array; the trainers' batches are
+# built elsewhere, so the replay keeps that copy small
+DLIO_RESIZE_BYTES = 1024
+NPY_HEADER_BYTES = 128
+
+
+def _dlio_record_length(mean: float, fmt: str) -> int:
+    """record_length whose generated samples have the measured mean size: 2.0.0 writes
+    int(sqrt(record_length))**2 bytes per sample, and an npy file adds its header."""
+    payload = mean - (NPY_HEADER_BYTES if fmt == "npy" else 0)
+    return max(1, round(math.sqrt(max(payload, 1.0)))) ** 2
+
+
+def _dlio_files(*, fmt: str, steps: int, batch: int, world: int, stored_per_file: int) -> tuple[int, int]:
+    """(files, samples per file) for the replay: enough samples for every measured step, a sample
+    count every rank divides, and, for indexed_binary, more files than ranks (with as many or fewer
+    2.0.0 switches to collective MPI-IO writes, which fail for samples over 1 MiB)."""
+    needed = steps * batch * world
+    per_file = 1 if fmt == "npy" else max(1, min(stored_per_file, needed))
+    files = max(1, math.ceil(needed / per_file))
+    if fmt == "indexed_binary" and files <= world:
+        files = world + 1
+        per_file = max(1, math.ceil(needed / files))
+    while (files * per_file) % world:
+        files += 1
+    return files, per_file
+
+
 def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
     """(workload name, YAML text) for dlio-benchmark 2.0.0, sized to replay this run's steps."""
     model = MODEL_OF_BENCHMARK[profile["benchmark"]]
@@ -225,14 +257,20 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
     world, batch = profile["world_size"], profile["batch_size"]
     steps = int(t["steps"])
     _, stored_per_file = _samples_per_file(profile)
-    per_file = 1 if fmt == "npy" else max(1, min(stored_per_file, steps * batch * world))
-    files = max(world, math.ceil(steps * batch * world / per_file))
+    files, per_file = _dlio_files(fmt=fmt, steps=steps, batch=batch, world=world, stored_per_file=stored_per_file)
+    record_length = _dlio_record_length(records["mean"], fmt)
     compute, compute_stdev = _step_compute(profile)
     build = t["batch_build_s"]
-    # a loader worker's time per sample (read + decode + assemble), which DLIO spends as a sleep per
-    # sample in its reader threads
-    preprocess = build.get("mean", 0.0) / batch if build.get("count") else 0.0
-    preprocess_stdev = min(build.get("stdev", 0.0) / batch, MAX_STDEV_FRACTION * preprocess)
+    workers = profile["reader_workers"]
+    per_rank_rate = t["samples_per_s"] / world
+    threads = max(workers, math.ceil(1.25 * per_rank_rate * DLIO_READER_S_PER_SAMPLE), 1 if workers else 0)
+    # a loader worker's time per sample (read + decode + assemble), spent by DLIO as a sleep per sample
+    # in its reader threads; with more threads than the trainer had workers, each sleeps longer so
+    # the emulated loader keeps the measured capacity
+    per_sample = build.get("mean", 0.0) / batch if build.get("count") else 0.0
+    spread = threads / workers if workers else 1.0
+    preprocess = per_sample * spread
+    preprocess_stdev = min(build.get("stdev", 0.0) / batch * spread, MAX_STDEV_FRACTION * preprocess)
     body = {
         "model": f"{model}_replay",
         "framework": "pytorch",
@@ -242,16 +280,16 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
             "format": fmt,
             "num_files_train": files,
             "num_samples_per_file": per_file,
-            "record_length": max(1, round(records["mean"])),
+            "record_length": record_length,
             "record_length_stdev": 0,
+            "record_length_resize": DLIO_RESIZE_BYTES,
             "file_prefix": "sample",
         },
         "reader": {
             "data_loader": "pytorch",
             "batch_size": batch,
-            "read_threads": profile["reader_workers"],
-            "prefetch_size": max(profile["batches_in_flight"], 1),
-            "file_shuffle": "seed",
+            "read_threads": threads,
+            "prefetch_size": max(profile["batches_in_flight"], threads, 1),
             "sample_shuffle": "seed",
             "preprocess_time": round(preprocess, 7),
             "preprocess_time_stdev": round(preprocess_stdev, 7),
@@ -269,11 +307,18 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
                              "jpeg generator does not write files of record_length bytes, npy does (+128 B header)."),
         f"num_files_train x num_samples_per_file: enough samples for the {steps} measured steps x {batch} x {world} "
         f"rank(s), in files of {per_file} sample(s).",
-        f"record_length_stdev 0: the mean is what matters for bytes/s (measured stdev {records['stdev']:.1f} B).",
+        f"record_length {record_length}: 2.0.0 writes int(sqrt(record_length))**2 B per sample"
+        + (f" plus the {NPY_HEADER_BYTES} B npy header" if fmt == "npy" else "")
+        + f", the measured mean {records['mean']:.1f} B; stdev 0 (2.0.0 varies sizes per file, not per "
+        f"sample; measured stdev {records['stdev']:.1f} B).",
+        f"record_length_resize {DLIO_RESIZE_BYTES}: the in-memory copy DLIO makes of each sample is its own cost.",
+        f"read_threads {threads} (the trainer had {workers} loader worker(s)): DLIO's reader spends "
+        f"~{DLIO_READER_S_PER_SAMPLE * 1e3:.1f} ms per sample of its own; preprocess_time is scaled by "
+        f"{spread:.2f} so the emulated loader keeps the measured capacity.",
         "computation_time: the measured step time without its data wait (compute plus the loop's per-step work), "
         "mean over steady steps and ranks.",
         f"preprocess_time: a loader worker's batch build time per sample (mean {build.get('mean', 0.0) * 1e3:.3f} ms "
-        f"per batch of {batch}).",
+        f"per batch of {batch}), times {spread:.2f}.",
         f"Replay: python -m common.load_profile replay {profile['run_dir']}",
     ]
     name = f"{model}_replay"

@@ -196,8 +196,9 @@ def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -
     exported = subprocess.run([sys.executable, "-m", "common.load_profile", "export", str(run_dir)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
+    storage_yaml = next((run_dir / "dlio" / "mlperf_storage").glob("*_measured.yaml")).read_text()
+    assert f"record_length_bytes: {round(profile['records']['mean'])}\n" in storage_yaml
     replay_yaml = next((run_dir / "dlio" / "dlio-2.0.0" / "workload").glob("*.yaml")).read_text()
-    assert f"record_length: {round(profile['records']['mean'])}\n" in replay_yaml
     assert f"total_training_steps: {steps}\n" in replay_yaml
 
 

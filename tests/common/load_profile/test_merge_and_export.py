@@ -55,11 +55,23 @@ def test_export_writes_both_schemas(tmp_path):
     replay = yaml.safe_load(replay_text)
     assert replay["model"] == "retinanet_replay"  # 2.0.0 reads a string
     d = replay["dataset"]
-    assert d["record_length"] == RECORD + 150 and "record_length_bytes" not in d  # 2.0.0's spelling
+    assert "record_length_bytes" not in d  # 2.0.0's spelling
+    # 2.0.0 writes int(sqrt(record_length))**2 B per sample, and npy adds a 128 B header
+    assert d["record_length"] == 55**2 and abs(55**2 + 128 - (RECORD + 150)) <= 2 * 55
     assert d["format"] == "npy" and d["num_samples_per_file"] == 1
     assert d["num_files_train"] * d["num_samples_per_file"] >= STEPS * BATCH * 2
+    assert d["num_files_train"] * d["num_samples_per_file"] % 2 == 0  # both ranks get equal shares
     assert replay["train"]["total_training_steps"] == STEPS
     assert replay["reader"]["batch_size"] == BATCH and replay["reader"]["read_threads"] == 2
+
+
+@pytest.mark.parametrize("world, steps, stored", [(1, 10, 100_000), (2, 3, 7), (3, 5, 1), (8, 1, 2)])
+def test_indexed_binary_replays_have_more_files_than_ranks_and_equal_shares(world, steps, stored):
+    from common.load_profile.export import _dlio_files
+
+    files, per_file = _dlio_files(fmt="indexed_binary", steps=steps, batch=BATCH, world=world, stored_per_file=stored)
+    assert files > world and files * per_file % world == 0 and files * per_file >= steps * BATCH * world
+    assert per_file <= max(stored, 1) or files == world + 1
 
 
 @pytest.mark.parametrize("damage, message", [
