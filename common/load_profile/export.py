@@ -61,9 +61,11 @@ def read_profile(run_dir: Path) -> dict[str, Any]:
     if not isinstance(profile, dict) or profile.get("format") != FORMAT:
         raise ExportError(f"{path}: not a load profile (format is {profile.get('format') if isinstance(profile, dict) else None!r}, "
                           f"expected {FORMAT!r})")
-    if profile.get("version") != VERSION:
-        raise ExportError(f"{path}: load profile version {profile.get('version')!r}; this export reads version {VERSION} "
-                          f"(rerun the training, or export with the project version that wrote it)")
+    version = profile.get("version")
+    if version != VERSION:
+        age = "an older version" if isinstance(version, int) and version < VERSION else "not the version"
+        raise ExportError(f"{path}: load profile version {version!r} is {age} than this code reads ({VERSION}); "
+                          f"rerun the training, or use the project version that wrote it")
     for key in ("benchmark", "totals", "records", "dataset", "batch_size", "world_size"):
         if key not in profile:
             raise ExportError(f"{path}: field {key!r} is missing")

@@ -30,8 +30,7 @@ from typing import Any
 import yaml
 
 from common.load_profile.dlio_env import DlioEnvError, ensure_dlio_env
-from common.load_profile.export import DLIO_2_DIR, EXPORT_DIR
-from common.load_profile.profiler import FORMAT, VERSION
+from common.load_profile.export import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
 from common.load_profile.session import PROFILE_FILE
 
 RESULT_FILE = "replay_result.json"
@@ -102,31 +101,16 @@ class ReplayResult:
 # ---------------------------------------------------------------------------- inputs
 
 def _read_profile(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / PROFILE_FILE
-    if not run_dir.is_dir():
-        raise ReplayError(f"{run_dir}: not a directory (give the run directory a trainer wrote)")
-    if not path.is_file():
-        raise ReplayError(f"{path}: no load profile (run the training with the load profile on, then export)")
+    """The profile, checked as the export checks it, plus the totals the comparison needs."""
     try:
-        profile = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ReplayError(f"{path}: not readable JSON ({error})") from None
-    if not isinstance(profile, dict) or profile.get("format") != FORMAT:
-        found = profile.get("format") if isinstance(profile, dict) else type(profile).__name__
-        raise ReplayError(f"{path}: not a load profile (format {found!r}, expected {FORMAT!r})")
-    version = profile.get("version")
-    if version != VERSION:
-        age = "an older version than" if isinstance(version, int) and version < VERSION else "not"
-        raise ReplayError(f"{path}: load profile version {version!r} is {age} the version replay reads ({VERSION}); "
-                          f"rerun the training and the export")
-    totals = profile.get("totals")
-    if not isinstance(totals, dict):
-        raise ReplayError(f"{path}: field 'totals' is missing")
+        profile = read_profile(run_dir)
+    except ExportError as error:
+        raise ReplayError(str(error)) from None
     for key in ("samples_per_s", "mb_per_s", "au"):
-        if not isinstance(totals.get(key), (int, float)):
-            raise ReplayError(f"{path}: field 'totals.{key}' is missing or not a number")
+        if not isinstance(profile["totals"].get(key), (int, float)):
+            raise ReplayError(f"{run_dir / PROFILE_FILE}: field 'totals.{key}' is missing or not a number")
     if not isinstance(profile.get("world_size"), int) or profile["world_size"] < 1:
-        raise ReplayError(f"{path}: field 'world_size' is missing or not a positive integer")
+        raise ReplayError(f"{run_dir / PROFILE_FILE}: field 'world_size' is missing or not a positive integer")
     return profile
 
 

@@ -12,6 +12,8 @@ from common.load_profile import replay as replay_module
 from common.load_profile.profiler import FORMAT, VERSION
 from common.load_profile.replay import ReplayError, ReplayResult, bytes_per_sample, check_workload, replay
 from common.load_profile.replay_cli import main as cli_main
+from common.load_profile.session import write_profile
+from tests.common.load_profile.profiles import known_profile
 
 WORKLOAD = {
     "model": "retinanet_replay", "framework": "pytorch",
@@ -34,10 +36,7 @@ def no_dlio_env(monkeypatch):
 def _run(tmp_path: Path, profile: dict | None = None, workloads: int = 1) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    profile = profile if profile is not None else {
-        "format": FORMAT, "version": VERSION, "benchmark": "retinanet", "world_size": 2,
-        "totals": {"samples_per_s": 100.0, "mb_per_s": 0.3, "au": 0.9, "bytes_per_sample": 3150.0, "steps": 2}}
-    (run / "load_profile.json").write_text(json.dumps(profile))
+    write_profile(run, profile if profile is not None else known_profile(world_size=2))
     for i in range(workloads):
         path = run / "dlio" / "dlio-2.0.0" / "workload" / f"w{i}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,9 +72,9 @@ def test_older_version(tmp_path):
 
 
 def test_missing_totals_field(tmp_path):
-    run = _run(tmp_path, profile={"format": FORMAT, "version": VERSION, "world_size": 1,
-                                  "totals": {"samples_per_s": 1.0, "mb_per_s": 1.0}})
-    _one_line_error(run, r"totals\.au")
+    profile = known_profile(world_size=2)
+    del profile["totals"]["au"]
+    _one_line_error(_run(tmp_path, profile=profile), r"totals\.au")
 
 
 def test_missing_or_ambiguous_workload_yaml(tmp_path):
