@@ -46,18 +46,19 @@ class ProfileSession:
         if not any(p["steps"]["wall_s"] for p in parts):
             print("[load] no training step ran in this launch: no load profile written", flush=True)
             return None
-        profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
-                        dataset=self.dataset)
-        write_profile(self.run_dir, profile)
-        print(summary_line(profile), flush=True)
-        try:
+        try:  # a measurement: whatever goes wrong here never fails a run that trained
+            profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
+                            dataset=self.dataset)
+            write_profile(self.run_dir, profile)
+            print(summary_line(profile), flush=True)
             from common.load_profile.plots import write_plots
 
             written = write_plots(profile, self.run_dir / PLOTS_DIR)
-            print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
-                  f"export: python -m common.load_profile export {self.run_dir}", flush=True)
-        except ImportError as error:  # matplotlib missing: the numbers are still there
-            print(f"[load] {self.run_dir / PROFILE_FILE} (no plots: {error})", flush=True)
+        except Exception as error:  # noqa: BLE001
+            print(f"[load] load profile not (fully) written: {type(error).__name__}: {error}", flush=True)
+            return None
+        print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
+              f"export: python -m common.load_profile export {self.run_dir}", flush=True)
         return profile
 
 
