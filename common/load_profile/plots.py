@@ -65,10 +65,13 @@ def _plot_log2_histogram(ax, counts: list[int], *, title: str, what: str, mean: 
         return
     lo, hi = used[0], used[-1]
     bins = np.arange(lo, hi + 1)
-    ax.bar(bins, counts[lo:hi + 1] / counts.sum() * 100, width=0.85, color="#55a868")
-    ax.set_xticks(bins)
-    ax.set_xticklabels([_bytes_label(2.0 ** b) for b in bins], rotation=45, ha="right", fontsize=7)
-    ax.set_xlabel(f"{what} (bin: from this size to twice it)")
+    # bin b holds [2^b, 2^(b+1)): its bar spans [b, b+1) on a log2 axis, where the mean line falls in it
+    ax.bar(bins + 0.5, counts[lo:hi + 1] / counts.sum() * 100, width=0.9, color="#55a868")
+    ax.set_xticks(bins + 0.5)
+    ax.set_xticklabels([f"{_bytes_label(2.0 ** b)}-{_bytes_label(2.0 ** (b + 1))}" for b in bins], rotation=45,
+                       ha="right", fontsize=7)
+    ax.set_xlim(lo - 0.2, hi + 1.2)
+    ax.set_xlabel(what)
     ax.set_ylabel("% of " + ("samples" if "sample" in what else "reads"))
     if mean:
         ax.axvline(np.log2(mean), color="k", lw=1, ls="--", label=f"mean {_bytes_label(mean)}")
