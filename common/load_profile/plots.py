@@ -107,7 +107,9 @@ def plot_throughput(ax, profile: dict[str, Any]) -> None:
     ax.set_ylabel("samples/s (all ranks)", color="#4c72b0")
     ax.set_ylim(0, max(np.percentile(rate, 99) * 1.3, 1e-9) if rate.size else 1)
     twin = ax.twinx()
-    twin.set_ylim(*(np.asarray(ax.get_ylim()) * per_sample / 1e6))
+    low, high = np.asarray(ax.get_ylim()) * per_sample / 1e6
+    if high > low:  # nothing read (or no rate): the MB/s axis has no scale to show
+        twin.set_ylim(low, high)
     twin.set_ylabel("MB/s read (1 MB = 1e6 B)", color="#c44e52")
     t = profile["totals"]
     ax.set_title(f"throughput: {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s "

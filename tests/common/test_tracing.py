@@ -299,11 +299,23 @@ def test_ranks_on_different_base_times_are_moved_onto_one():
 
 
 # ---------------------------------------------------------------------------------- 2 ranks
+# torch 2.14.1's profiler (kineto) on CPU now and then aborts a rank while it stops ("terminate called
+# without an active exception", SIGABRT; seen once in a CI run, not in 3 local reruns): a native race in
+# the library, not in common.tracing. The launch is retried once on exactly that failure.
+KINETO_ABORT = "terminate called without an active exception"
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("trace_run")
-    torchrun_reports(HERE / "tracing_worker.py", str(run_dir), out_dir=tmp_path_factory.mktemp("trace_reports"))
-    return run_dir
+    for attempt in range(2):
+        run_dir = tmp_path_factory.mktemp("trace_run")
+        try:
+            torchrun_reports(HERE / "tracing_worker.py", str(run_dir), out_dir=tmp_path_factory.mktemp("trace_reports"))
+            return run_dir
+        except AssertionError as error:
+            if attempt or KINETO_ABORT not in str(error):
+                raise
+    raise AssertionError("unreachable")
 
 
 def _command(*args: str) -> subprocess.CompletedProcess:
