@@ -59,6 +59,19 @@ def _rank_rates(part: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rank_storage_io(part: dict[str, Any]) -> dict[str, Any]:
+    """(rchar, read_bytes) of a rank's trainer (since the profile began) and its loader workers, summed;
+    None where /proc/<pid>/io could not be read at all."""
+    io = part["storage_io"]
+    counters = [c for c in (io["trainer"], *io["workers"].values()) if c is not None]
+    return {
+        "rank": part["rank"],
+        "rchar": sum(c[0] for c in counters) if counters else None,
+        "read_bytes": sum(c[1] for c in counters) if counters else None,
+        "loader_processes": len(io["workers"]) + 1,
+    }
+
+
 def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, config_file: str,
           dataset: dict[str, Any] | None) -> dict[str, Any]:
     parts = sorted(parts, key=lambda p: p["rank"])
@@ -81,17 +94,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
     compute_all = np.concatenate([np.asarray(p["steps"]["compute_s"][WARMUP_STEPS:], dtype=np.float64) for p in parts])
     wait_all = np.concatenate([np.asarray(p["steps"]["data_wait_s"][WARMUP_STEPS:], dtype=np.float64) for p in parts])
     setup = first["setup"]
-    storage = []
-    for p in parts:
-        io = p["storage_io"]
-        workers = [v for v in io["workers"].values() if v is not None]
-        trainer = io["trainer"]
-        storage.append({
-            "rank": p["rank"],
-            "rchar": (trainer[0] if trainer else 0) + sum(v[0] for v in workers) if trainer or workers else None,
-            "read_bytes": (trainer[1] if trainer else 0) + sum(v[1] for v in workers) if trainer or workers else None,
-            "loader_processes": len(io["workers"]) + 1,
-        })
+    storage = [_rank_storage_io(p) for p in parts]
     physical = [s["read_bytes"] for s in storage if s["read_bytes"] is not None]
     s0 = first["steps"]
     return {

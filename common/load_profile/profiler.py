@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import hashlib
+import os
 import time
 from typing import Any
 
@@ -112,7 +113,7 @@ class LoadProfiler:
         walls = self._walls()
         main_io, start = process_io(), self._main_io_start
         main_delta = None if main_io is None or start is None else (main_io[0] - start[0], main_io[1] - start[1])
-        workers = {str(pid): io for pid, io in self.worker_io.items() if pid != _own_pid()}
+        workers = {str(pid): io for pid, io in self.worker_io.items() if pid != os.getpid()}
         return {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -144,8 +145,3 @@ class LoadProfiler:
             "written_at": time.time(),
         }
 
-
-def _own_pid() -> int:
-    import os
-
-    return os.getpid()

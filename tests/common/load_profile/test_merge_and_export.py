@@ -118,3 +118,12 @@ def test_a_resumed_launch_keeps_the_earlier_profile(tmp_path):
     write_profile(run, second)
     assert json.loads((run / f"load_profile.until_step{STEPS}.json").read_text())["start_step"] == 0
     assert json.loads((run / "load_profile.json").read_text())["start_step"] == STEPS
+
+
+def test_storage_io_sums_the_trainer_and_its_workers_and_says_when_unreadable():
+    from common.load_profile.merge import _rank_storage_io
+
+    part = {"rank": 1, "storage_io": {"trainer": (100, 10), "workers": {"11": (5, 1), "12": None, "13": (7, 2)}}}
+    assert _rank_storage_io(part) == {"rank": 1, "rchar": 112, "read_bytes": 13, "loader_processes": 4}
+    unreadable = {"rank": 0, "storage_io": {"trainer": None, "workers": {"11": None}}}
+    assert _rank_storage_io(unreadable)["read_bytes"] is None
