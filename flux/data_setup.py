@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.collectives import run_on_rank0
-from common.config import ConfigError
-from common.distributed import DistInfo
+from common.distributed.collectives import run_on_rank0
+from common.config.gin_files import ConfigError
+from common.distributed.setup import DistInfo
 from flux.data import layout
 from flux.data.schema import FluxDataError
 from flux.data.splits import FluxSplits, materialise, open_splits
-from flux.model.args import FluxModelArgs
+from flux.model.flavors import FluxModelArgs
 from flux.run_config import DataConfig
 
 

@@ -24,7 +24,7 @@ import dataclasses
 
 import torch
 
-from common.keyed_rng import keyed_generator
+from common.randomness.keyed import keyed_generator
 
 # second keys of the per-sample generators
 TRAIN_DRAWS = 0x54524E  # "TRN"

@@ -9,7 +9,7 @@ rules compute it, ceil(262144 / GBS) * GBS, after global_batch_size.
 
 from __future__ import annotations
 
-from common.compliance import RECIPE, TARGET, KnownRule
+from common.mlperf.compliance import RECIPE, TARGET, KnownRule
 from flux.run_config import TrainConfig
 
 COMPLIANCE_RULES = (

@@ -27,10 +27,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from common.config import ConfigError
-from common.distributed import DistInfo
+from common.config.gin_files import ConfigError
+from common.distributed.setup import DistInfo
 from flux.model import FluxModel
-from flux.model.args import FluxModelArgs
+from flux.model.flavors import FluxModelArgs
 
 
 @dataclasses.dataclass

@@ -12,8 +12,8 @@ import dataclasses
 
 import gin
 
-from common.config import ConfigError, require, require_choice, require_int, require_number
-from flux.model.args import FLAVORS, FluxModelArgs
+from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
+from flux.model.flavors import FLAVORS, FluxModelArgs
 
 PARALLELISMS = ("fsdp", "ddp")
 NOISE_MODES = ("per_sample", "per_rank")

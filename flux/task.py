@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common.collectives import all_reduce_mean, is_distributed
-from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
-from common.random_streams import RandomStreams
+from common.distributed.collectives import all_reduce_mean, is_distributed
+from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.randomness.streams import RandomStreams
 from flux.data.batch import FluxBatch
 from flux.data.empty_encodings import EmptyEncodings
 from flux.flow import EVAL_DRAWS, NUM_EVAL_TIMESTEPS, TRAIN_DRAWS, FlowDraws, clean_latents, keyed_draws, noised, stream_draws

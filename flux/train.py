@@ -5,7 +5,7 @@
 
 The build reads top to bottom: data -> model (shared seed) -> FSDP2 (or DDP) -> AdamW with a
 linear warm-up -> task, which validates on the step grid the rules derive from the global batch;
-common.run does the rest (run directory, MLPerf log, resume, the windowed loop, checkpoints,
+common.run.lifecycle does the rest (run directory, MLPerf log, resume, the windowed loop, checkpoints,
 the compliance check, the summary).
 """
 
@@ -15,12 +15,12 @@ from typing import Sequence
 
 import torch
 
-from common import run
-from common.config import ConfigError
-from common.epochs import EpochIndexedSource, EpochSchedule
-from common.loop import LoopConfig, LoopResult
-from common.schedules import LinearWarmup
-from common.streaming import StreamingLoader
+from common.run import lifecycle as run
+from common.config.gin_files import ConfigError
+from common.data.epochs import EpochIndexedSource, EpochSchedule
+from common.run.loop import LoopConfig, LoopResult
+from common.run.learning_rate import LinearWarmup
+from common.data.loader import StreamingLoader
 from flux.data.schema import FluxDataError
 from flux.data_setup import prepare_data, validation_batches
 from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters

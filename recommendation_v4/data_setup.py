@@ -13,19 +13,19 @@ import pathlib
 import numpy as np
 import torch
 
-from common.auc import binary_auc
-from common.collectives import run_on_rank0, world_size
-from common.config import ConfigError
-from common.distributed import DistInfo
-from common.loop import EvalPoint
-from common.streaming import StreamingLoader, rank_share, window_batches
-from common.time_windows import TimeWindows, index_is_complete, write_index
+from common.quality.auc import binary_auc
+from common.distributed.collectives import run_on_rank0, world_size
+from common.config.gin_files import ConfigError
+from common.distributed.setup import DistInfo
+from common.run.loop import EvalPoint
+from common.data.loader import StreamingLoader, rank_share, window_batches
+from common.data.time_windows import TimeWindows, index_is_complete, write_index
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
 from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split
 from recommendation_v4.data.synthetic import ensure_synthetic
-from recommendation_v4.model.config import HSTUModelConfig, reference_table_rows
+from recommendation_v4.model.flavors import HSTUModelConfig, reference_table_rows
 from recommendation_v4.run_config import DataConfig
 
 # pseudo-count of the popularity baseline: items seen rarely shrink toward the global rate
@@ -113,7 +113,7 @@ class YambdaData:
         """The train samples grouped into time windows (days by default), in time order.
 
         The index is built once, by rank 0, into the processed directory and memory-mapped by every
-        rank (common.time_windows): per-rank memory does not grow with the dataset or the ranks of
+        rank (common.data.time_windows): per-rank memory does not grow with the dataset or the ranks of
         a node. A dataset directory that cannot be written gets the in-memory index on every rank.
         """
         source = self.train.anchor_source_name()

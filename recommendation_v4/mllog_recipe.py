@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from common.compliance import DATASET, RECIPE, TARGET, KnownRule
-from common.config import ConfigError
-from common.streaming import eval_step_interval
-from recommendation_v4.model.config import HSTUModelConfig
+from common.mlperf.compliance import DATASET, RECIPE, TARGET, KnownRule
+from common.config.gin_files import ConfigError
+from common.data.loader import eval_step_interval
+from recommendation_v4.model.flavors import HSTUModelConfig
 from recommendation_v4.run_config import CLOSED_RULES, StreamingConfig, TrainConfig
-from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
+from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
 
 # The closed rules' start of measurement (training_6.1.0/closed_dlrmv4.yaml): the earliest

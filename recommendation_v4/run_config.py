@@ -11,15 +11,15 @@ import dataclasses
 
 import gin
 
-from common.config import ConfigError, require, require_choice, require_int, require_number
-from common.time_windows import DAY_SECONDS
-from recommendation_v4.model.config import FLAVORS, HSTUModelConfig
-from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
+from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
+from common.data.time_windows import DAY_SECONDS
+from recommendation_v4.model.flavors import FLAVORS, HSTUModelConfig
+from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
 KERNELS = ("PYTORCH", "TRITON")
 CLOSED_RULES = "closed_rules"  # StreamingConfig.first_eval_at_grid_point derived as the closed rules do
 EVAL_MODES = ("holdout", "next_window")
-# recommendation_v4/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
+# recommendation_v4/parallel/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
 TRAIN_PIPELINES = ("auto", "sparse_dist", "plain")
 
 

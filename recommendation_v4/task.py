@@ -10,12 +10,12 @@ import torch.distributed as dist
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
-from common.auc import distributed_binary_auc
-from common.collectives import all_reduce_mean
-from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.quality.auc import distributed_binary_auc
+from common.distributed.collectives import all_reduce_mean
+from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
-from recommendation_v4.resharding import adapt_sparse_optimizer_state
+from recommendation_v4.parallel.resharding import adapt_sparse_optimizer_state
 
 
 def global_max_sequence_length(model: DlrmHSTU, batch: HSTUBatch) -> int:
@@ -61,8 +61,8 @@ class DlrmTask:
         }
 
     def adapt_checkpoint(self, path: Any, metadata: Any, app_state: dict[str, Any]) -> Any:
-        """Called by common.checkpoint before a checkpoint loads: its RowWiseAdagrad layout against
-        this sharding plan (recommendation_v4/resharding.py)."""
+        """Called by common.checkpoint.manager before a checkpoint loads: its RowWiseAdagrad layout against
+        this sharding plan (recommendation_v4/parallel/resharding.py)."""
         return adapt_sparse_optimizer_state(dmp=self.dmp, app_state=app_state, metadata=metadata, path=path,
                                             policy=self.reshard_sparse_optimizer)
 

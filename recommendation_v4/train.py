@@ -4,7 +4,7 @@
     torchrun --nproc_per_node=2 -m recommendation_v4.train --gin_config recommendation_v4/configs/debug.gin
 
 The build reads top to bottom: data -> model (tables on meta) -> sharding (fused sparse
-optimizer, planner, DMP) -> dense optimizer -> task; common.run does the rest (run directory,
+optimizer, planner, DMP) -> dense optimizer -> task; common.run.lifecycle does the rest (run directory,
 MLPerf log, resume, the streaming loop, checkpoints, the compliance check, the summary).
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from common import run
-from common.config import ConfigError
-from common.loop import LoopConfig, LoopResult
-from common.schedules import LinearWarmup
-from common.streaming import StreamingLoader
+from common.run import lifecycle as run
+from common.config.gin_files import ConfigError
+from common.run.loop import LoopConfig, LoopResult
+from common.run.learning_rate import LinearWarmup
+from common.data.loader import StreamingLoader
 from recommendation_v4.data.schema import DatasetError
 from recommendation_v4.data_setup import EvalPlan, YambdaData, prepare_data
-from recommendation_v4.embedding_init import init_sharded_embeddings
+from recommendation_v4.parallel.embedding_init import init_sharded_embeddings
 from recommendation_v4.mllog_recipe import (
     COMPLIANCE_RULES,
     closed_rules_first_grid_point,
@@ -29,9 +29,9 @@ from recommendation_v4.mllog_recipe import (
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.run_config import DlrmConfigs
-from recommendation_v4.sharding import build_optimizer, describe_plan, shard_model
+from recommendation_v4.parallel.sharding import build_optimizer, describe_plan, shard_model
 from recommendation_v4.task import DlrmTask
-from recommendation_v4.train_pipeline import dlrm_task_class
+from recommendation_v4.parallel.train_pipeline import dlrm_task_class
 
 
 def build(ctx: run.RunContext) -> run.TrainingPlan:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.config import ConfigError
-from common.collectives import run_on_rank0
-from common.distributed import DistInfo
+from common.config.gin_files import ConfigError
+from common.distributed.collectives import run_on_rank0
+from common.distributed.setup import DistInfo
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset

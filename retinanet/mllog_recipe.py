@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from common.compliance import RECIPE, TARGET, KnownRule
-from common.epochs import EpochSchedule
+from common.mlperf.compliance import RECIPE, TARGET, KnownRule
+from common.data.epochs import EpochSchedule
 from retinanet.run_config import TrainConfig
 
 COMPLIANCE_RULES = (

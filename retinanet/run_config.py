@@ -10,7 +10,7 @@ import dataclasses
 import gin
 import torch
 
-from common.config import ConfigError, require, require_choice, require_int, require_number
+from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
 

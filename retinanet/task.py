@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 
-from common.collectives import all_reduce_mean
-from common.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.distributed.collectives import all_reduce_mean
+from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
 from retinanet.data.batch import DetectionBatch
 from retinanet.data.transforms import normalize_imagenet
 from retinanet.evaluation import CocoDetectionEvaluator

@@ -5,7 +5,7 @@
 
 The build reads top to bottom: data -> model (seeded identically on every rank) -> DDP -> Adam
 with a linear warm-up from a factor -> task, which evaluates COCO mAP after every epoch's last
-window; common.run does the rest (run directory, MLPerf log, resume, the windowed loop,
+window; common.run.lifecycle does the rest (run directory, MLPerf log, resume, the windowed loop,
 checkpoints, the compliance check, the summary).
 """
 
@@ -16,13 +16,13 @@ from typing import Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from common import run
-from common.collectives import sum_over_ranks
-from common.config import ConfigError
-from common.epochs import EpochSchedule
-from common.loop import EvalPoint, LoopConfig, LoopResult
-from common.schedules import FactorWarmup
-from common.streaming import StreamingLoader
+from common.run import lifecycle as run
+from common.distributed.collectives import sum_over_ranks
+from common.config.gin_files import ConfigError
+from common.data.epochs import EpochSchedule
+from common.run.loop import EvalPoint, LoopConfig, LoopResult
+from common.run.learning_rate import FactorWarmup
+from common.data.loader import StreamingLoader
 from retinanet.data.dataset import BadImageError
 from retinanet.data_setup import DetectionData, MissingDatasetError, prepare_data
 from retinanet.evaluation import CocoDetectionEvaluator

@@ -9,8 +9,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$repo/.venv/bin/python}"
 cd "$repo"
 echo "== recommendation_v4 (DLRM-HSTU)"
-"$python" -m recommendation_v4.benchmark "$@"
+"$python" -m recommendation_v4.bench.suite "$@"
 echo "== retinanet"
-"$python" -m retinanet.benchmark
+"$python" -m retinanet.bench.suite
 echo "== flux"
-"$python" -m flux.data.throughput
+"$python" -m flux.bench.loader

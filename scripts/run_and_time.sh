@@ -5,7 +5,7 @@
 #
 # The benchmark folders' run_and_time.sh call this with their own names. Environment: CONFIG
 # (gin file), SEED, NPROC_PER_NODE (default: the visible GPUs, else 1), GIN_BINDINGS (extra
-# bindings, one per line), plus the per-launch macros of common/config.py (MLPERF_DATA_ROOT,
+# bindings, one per line), plus the per-launch macros of common/config/gin_files.py (MLPERF_DATA_ROOT,
 # MLPERF_OUTPUT_ROOT, RUN_NAME, CKPT_PATH). Under srun (SLURM_PROCID set) every task is one
 # rank and runs the trainer directly; otherwise torchrun starts the ranks (one process: no
 # launcher, so the trainer's exit status, e.g. 2 for a config error, comes through).

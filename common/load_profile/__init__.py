@@ -6,5 +6,5 @@
 - `export`: MLPerf Storage workload/datagen YAMLs and a YAML DLIO 2.0.0 runs.
 - `replay`: runs DLIO 2.0.0 on the export and compares (python -m common.load_profile replay RUN_DIR).
 
-This package's __init__ imports nothing heavy: common.streaming imports `reads` in every loader worker.
+This package's __init__ imports nothing heavy: common.data.loader imports `reads` in every loader worker.
 """

@@ -3,7 +3,7 @@
 A batch source calls `note_reads(path, offsets, sizes)` for the byte ranges it asks the storage
 for (a `read()` of a whole JPEG, a slice of a memory-mapped column) and `note_records(sizes)` for
 the bytes each sample amounts to. Outside `recording()` both return at once, so a source used
-on its own (tests, benchmarks) pays one global lookup per call. `common.streaming` builds every
+on its own (tests, benchmarks) pays one global lookup per call. `common.data.loader` builds every
 batch inside `recording()` and ships the resulting `BatchReads` with the batch, from the loader
 worker that built it to the trainer, where `common.load_profile.LoadProfiler` adds it up.
 

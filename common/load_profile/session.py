@@ -1,4 +1,4 @@
-"""The load profile of one launch, as the run lifecycle (common.run) drives it.
+"""The load profile of one launch, as the run lifecycle (common.run.lifecycle) drives it.
 
 `start` attaches a LoadProfiler to the training loader and hands it to the loop; `finish`
 (after training ended or was preempted, on every rank) gathers the ranks' parts, and rank 0
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from common.collectives import gather_objects
+from common.distributed.collectives import gather_objects
 from common.load_profile.merge import merge, summary_line
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import gin
 
-from common.config import ConfigError, _is_int, require, require_int
+from common.config.gin_files import ConfigError, _is_int, require, require_int
 
 if TYPE_CHECKING:
     import torch

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from common.batch_arena import batch_empty
+from common.data.batch_arena import batch_empty
 
 
 @dataclasses.dataclass
@@ -43,5 +43,5 @@ class FluxBatch:
 
 def batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised tensor for one batch field: a view of the batch's reused slab when a
-    loader builds the batch (common.batch_arena; shared memory inside a loader worker)."""
+    loader builds the batch (common.data.batch_arena; shared memory inside a loader worker)."""
     return batch_empty(shape, dtype)

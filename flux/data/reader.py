@@ -302,7 +302,7 @@ class FluxArrowDataset:
             self._lock = threading.Lock()
             self._open = collections.OrderedDict()
             self._pid = os.getpid()
-        # common.streaming prepares the next window's first batch on a background thread while
+        # common.data.loader prepares the next window's first batch on a background thread while
         # the loop reads the current one, so two threads may get here at once
         with self._lock:
             mapped = self._open.get(shard)

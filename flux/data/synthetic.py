@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from common.paths import DEFAULT_DATA_ROOT
+from common.config.paths import DEFAULT_DATA_ROOT
 from flux.data import layout
 from flux.data.empty_encodings import save_empty_encodings
 from flux.data.planted import PlantedWorld

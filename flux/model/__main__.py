@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flux.model.args import FLAVORS, get_flavor
+from flux.model.flavors import FLAVORS, get_flavor
 from flux.model.param_count import count_parameters
 
 

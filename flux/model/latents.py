@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from flux.model.args import PATCH_SIZE
+from flux.model.flavors import PATCH_SIZE
 
 POSITION_AXES = 3
 

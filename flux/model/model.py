@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from flux.model.args import TIMESTEP_EMBED_DIM, FluxModelArgs
+from flux.model.flavors import TIMESTEP_EMBED_DIM, FluxModelArgs
 from flux.model.blocks import DoubleStreamBlock, LastLayer, SingleStreamBlock
 from flux.model.embedders import MLPEmbedder, timestep_embedding
 from flux.model.latents import image_position_ids, pack_latents, text_position_ids, unpack_latents

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from flux.model.args import get_flavor
+from flux.model.flavors import get_flavor
 from flux.model.model import FluxModel
 
 

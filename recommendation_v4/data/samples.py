@@ -10,7 +10,7 @@ import torch
 from torch.profiler import record_function
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from common.batch_arena import batch_empty
+from common.data.batch_arena import batch_empty
 from recommendation_v4.data import features
 from recommendation_v4.data.batch import HSTUBatch
 
@@ -33,7 +33,7 @@ HISTORY_PAYLOADS: tuple[str, ...] = ("action_weight", "action_timestamp")
 
 def _output_tensor(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised 1-D batch tensor: a view of the batch's slab when a loader builds it
-    (common.batch_arena: reused memory, one shared buffer per batch), else fresh memory."""
+    (common.data.batch_arena: reused memory, one shared buffer per batch), else fresh memory."""
     return batch_empty(numel, dtype)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.param_count import count_parameters
 
 

@@ -14,7 +14,7 @@ from torchrec.modules.embedding_modules import EmbeddingCollection
 
 from recommendation_v4.data import features as F
 from recommendation_v4.data.batch import HSTUBatch
-from recommendation_v4.model.config import HSTUModelConfig
+from recommendation_v4.model.flavors import HSTUModelConfig
 from recommendation_v4.model.encoders import PositionTimeEncoder, TimestampPostprocessor
 from recommendation_v4.model.jagged_index import offsets_from_lengths
 from recommendation_v4.model.layers import KernelModule, gated_mlp, set_kernel
@@ -125,7 +125,7 @@ class DlrmHSTU(KernelModule):
         The lookup reads `batch.features` as it is and everything after it goes through
         `_dense_logits`, which FX does not trace into: that is what lets TorchRec's
         TrainPipelineSparseDist trace this forward and start the lookup's input all-to-all for the
-        next batch ahead of time (recommendation_v4/train_pipeline.py)."""
+        next batch ahead of time (recommendation_v4/parallel/train_pipeline.py)."""
         with record_function("## embedding_lookup ##"):
             looked_up = self.embedding_collection(batch.features)
         return _dense_logits(self, batch, looked_up, max_seq_len)

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from recommendation_v4.model.config import FLAVORS, reference_table_rows
+from recommendation_v4.model.flavors import FLAVORS, reference_table_rows
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from common.batch_arena import batch_copy, batch_empty
+from common.data.batch_arena import batch_copy, batch_empty
 from retinanet.data.transforms import normalize_imagenet_
 
 

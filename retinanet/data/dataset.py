@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from retinanet.data import layout
-from common.batch_arena import batch_empty
+from common.data.batch_arena import batch_empty
 from common.load_profile.reads import note_reads, note_records
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
@@ -167,7 +167,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         return image, encoded.numel()
 
     def get_batch(self, indices: np.ndarray) -> DetectionBatch:
-        """One collated batch: the BatchSource of common.streaming.StreamingLoader.
+        """One collated batch: the BatchSource of common.data.loader.StreamingLoader.
 
         uint8 batches (`normalize=False`) are resized straight into the batch's buffer; the same
         pixels as collating the samples, without copying every image once more.

@@ -12,7 +12,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from common.keyed_rng import keyed_generator
+from common.randomness.keyed import keyed_generator
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)

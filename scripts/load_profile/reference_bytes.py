@@ -3,7 +3,7 @@
     .venv/bin/python scripts/load_profile/reference_bytes.py [--batches 8]
 
 For each benchmark it opens the dataset at its reference record shape (generating the synthetic
-one on first use), streams `--batches` training batches through common.streaming's loader with a
+one on first use), streams `--batches` training batches through common.data.loader's loader with a
 LoadProfiler attached, exactly as training does, and prints the profile's bytes per sample, the
 mean read size and access pattern next to MLPerf Storage's published record length:
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from common.load_profile.merge import merge  # noqa: E402
 from common.load_profile.profiler import LoaderSetup, LoadProfiler  # noqa: E402
 from common.load_profile.references import REFERENCES  # noqa: E402
-from common.streaming import StreamingLoader  # noqa: E402
+from common.data.loader import StreamingLoader  # noqa: E402
 
 
 def _profile(source, *, batch: int, batches: int, benchmark: str) -> dict:
@@ -59,7 +59,7 @@ def flux_source():
 def retinanet_source():
     from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
     from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
-    from retinanet.data.throughput import DEFAULT_BENCH_DIR
+    from retinanet.bench.loader import DEFAULT_BENCH_DIR
 
     ensure_synthetic_dataset(DEFAULT_BENCH_DIR, size=SYNTHETIC_SIZES["bench"], seed=0)
     return OpenImagesDetectionDataset.from_split(DEFAULT_BENCH_DIR, "train",

@@ -291,9 +291,9 @@ def test_run_environment(image):
     assert not [name for name in env if name.startswith(("NCCL_", "RCCL_"))], "NCCL/RCCL settings belong to the launcher"
     workdirs = [pins_py.substitute(i.text, args(image)) for i in instructions(image) if i.keyword == "WORKDIR"]
     assert workdirs[-1] == WORKDIR
-    config = (REPO / "common" / "config.py").read_text()
+    config = (REPO / "common" / "config" / "gin_files.py").read_text()
     for variable in ("MLPERF_DATA_ROOT", "MLPERF_OUTPUT_ROOT", "CKPT_PATH"):
-        assert f'"{variable}"' in config, f"common/config.py no longer reads {variable}; update the images and README"
+        assert f'"{variable}"' in config, f"common/config/gin_files.py no longer reads {variable}; update the images and README"
     if image == "cuda":
         assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
 

@@ -10,8 +10,8 @@ import pathlib
 
 import pytest
 
-from common.metrics_log import read_metrics
-from tests.trainer_process import REPO, run_command, trainer_command
+from common.run.logs import read_metrics
+from tests.trainers.trainer_process import REPO, run_command, trainer_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

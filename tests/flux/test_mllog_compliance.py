@@ -8,13 +8,13 @@ import math
 import gin
 import pytest
 
-from common.compliance import check_log
-from common.config import load_gin
-from common.mllog import MLPerfTracker
-from common.run_config import Submission
+from common.mlperf.compliance import check_log
+from common.config.gin_files import load_gin
+from common.mlperf.tracker import MLPerfTracker
+from common.run.settings import Submission
 from flux.mllog_recipe import mllog_hyperparameters
 from flux.run_config import TrainConfig
-from tests.trainer_process import REPO
+from tests.trainers.trainer_process import REPO
 
 FLUX_SCHNELL_GIN = REPO / "flux" / "configs" / "flux_schnell.gin"
 TRAIN_SAMPLES, EVAL_SAMPLES = 1_099_776, 29_696

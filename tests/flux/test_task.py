@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.loop import EvalPoint, StepContext
-from common.random_streams import RandomStreams
+from common.run.loop import EvalPoint, StepContext
+from common.randomness.streams import RandomStreams
 from flux.data import layout
 from flux.data.splits import open_splits
 from flux.model import FluxModel, get_flavor

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from common.config import ConfigError
-from common.distributed import DistInfo
-from common.time_windows import TimeWindows
+from common.config.gin_files import ConfigError
+from common.distributed.setup import DistInfo
+from common.data.time_windows import TimeWindows
 from recommendation_v4.data import layout
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.preprocess import SplitConfig, build_processed
 from recommendation_v4.data_setup import WINDOW_INDEX_DIR, prepare_data
-from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.run_config import DataConfig
 
 SINGLE = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")

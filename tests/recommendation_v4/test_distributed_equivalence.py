@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.metrics_log import read_metrics
+from common.run.logs import read_metrics
 
 from tests.recommendation_v4.trainer_runs import eval_records, run_trainer, tiny_bindings, train_losses
 

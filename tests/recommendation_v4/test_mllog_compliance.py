@@ -2,7 +2,7 @@
 
 The reference config (configs/yambda_5b.gin) logs a hyperparameter block that passes the closed
 rules when it meets the data it was written for. (A small synthetic run of that recipe failing
-exactly the rules of the reference dataset and target is in tests/common/test_trainer_lifecycle.py.)
+exactly the rules of the reference dataset and target is in tests/trainers/test_trainer_lifecycle.py.)
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import gin
 import pytest
 
-from common.compliance import check_log
-from common.config import ConfigError, load_gin
-from common.mllog import MLPerfTracker
-from common.run_config import Submission
+from common.mlperf.compliance import check_log
+from common.config.gin_files import ConfigError, load_gin
+from common.mlperf.tracker import MLPerfTracker
+from common.run.settings import Submission
 from recommendation_v4.mllog_recipe import mllog_hyperparameters, plan_schedule
-from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.run_config import StreamingConfig, TrainConfig
-from recommendation_v4.sharding import ShardingConfig, SparseOptimizerConfig
+from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 from tests.recommendation_v4.trainer_runs import REPO
 
 YAMBDA_5B_GIN = REPO / "recommendation_v4" / "configs" / "yambda_5b.gin"

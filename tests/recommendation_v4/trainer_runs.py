@@ -5,8 +5,8 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-from common.metrics_log import read_metrics
-from tests.trainer_process import REPO, run_command, start_command, trainer_command, wait_for_step  # noqa: F401
+from common.run.logs import read_metrics
+from tests.trainers.trainer_process import REPO, run_command, start_command, trainer_command, wait_for_step  # noqa: F401
 
 DEBUG_GIN = REPO / "recommendation_v4" / "configs" / "debug.gin"
 

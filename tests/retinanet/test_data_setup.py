@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.config import ConfigError
-from common.distributed import DistInfo
+from common.config.gin_files import ConfigError
+from common.distributed.setup import DistInfo
 from retinanet.data_setup import MissingDatasetError, dataset_dir_for, materialise, prepare_data
 from retinanet.model.flavors import FLAVORS
 from retinanet.run_config import DataConfig as RetinaNetDataConfig

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from common.metrics_log import read_metrics
+from common.run.logs import read_metrics
 from tests.retinanet.trainer_runs import eval_records, run_trainer, tiny_bindings, train_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]

@@ -10,7 +10,7 @@ import torch
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.evaluation import CocoDetectionEvaluator, detections_to_coco_rows
-from tests.trainer_process import torchrun_reports
+from tests.trainers.trainer_process import torchrun_reports
 
 HERE = Path(__file__).parent
 INPUT = 64  # side of the square model input the detections are expressed in

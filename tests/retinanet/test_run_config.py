@@ -8,8 +8,8 @@ import gin
 import pytest
 import torch
 
-from common.config import ConfigError, load_gin
-from common.run_config import RunConfig
+from common.config.gin_files import ConfigError, load_gin
+from common.run.settings import RunConfig
 from retinanet.run_config import DataConfig as RetinaNetDataConfig
 from retinanet.run_config import TrainConfig as RetinaNetTrainConfig
 from retinanet.train import main

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.loop import EvalPoint, StepContext
+from common.run.loop import EvalPoint, StepContext
 from retinanet.data import layout
 from retinanet.data.batch import SkippedSample, collate_detection_samples
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset

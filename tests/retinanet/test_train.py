@@ -1,7 +1,7 @@
 """A short tiny training run: mAP rises above the untrained model's, and its mllog follows the epochs.
 
 One run (40 epochs of 4 steps on the tiny split at 96 px, about a minute) is shared by the tests.
-What the official checker says of this trainer's logs is in tests/common/test_trainer_lifecycle.py.
+What the official checker says of this trainer's logs is in tests/trainers/test_trainer_lifecycle.py.
 """
 
 from __future__ import annotations

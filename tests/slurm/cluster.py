@@ -10,7 +10,7 @@ import subprocess
 import time
 from typing import Callable
 
-from tests.trainer_process import REPO
+from tests.trainers.trainer_process import REPO
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm" / "local_cluster.sh"
 TRAIN_SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from tests.slurm.cluster import CLUSTER_ROOT, CLUSTER_SCRIPT, Slurm, cluster_env, slurm_required
-from tests.trainer_process import REPO
+from tests.trainers.trainer_process import REPO
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +70,8 @@ def submit(slurm: Slurm, tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> pathlib.Path:
-    """The tiny datasets of tests/trainer_suite.py, all three benchmarks under one data root."""
-    from tests.trainer_suite import TRAINERS
+    """The tiny datasets of tests/trainers/trainer_suite.py, all three benchmarks under one data root."""
+    from tests.trainers.trainer_suite import TRAINERS
 
     root = tmp_path_factory.mktemp("slurm_data")
     for trainer in TRAINERS:

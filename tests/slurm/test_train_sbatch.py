@@ -20,7 +20,7 @@ import time
 import pytest
 
 from tests.slurm.cluster import TRAIN_SBATCH, checkpoints, mllog_keys, sample_log, trained_steps
-from tests.trainer_suite import DLRM, FLUX, RETINANET, TrainerUnderTest
+from tests.trainers.trainer_suite import DLRM, FLUX, RETINANET, TrainerUnderTest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

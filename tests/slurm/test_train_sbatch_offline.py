@@ -25,7 +25,7 @@ import types
 import pytest
 
 from tests.slurm.cluster import SCRUBBED, TRAIN_SBATCH
-from tests.trainer_process import REPO
+from tests.trainers.trainer_process import REPO
 
 pytestmark = pytest.mark.slurm
 

@@ -17,8 +17,8 @@ import yaml
 from common.load_profile.dlio_env import DlioEnvError, ensure_dlio_env
 from common.load_profile.export import export
 from common.load_profile.replay import replay
-from tests.trainer_process import run_command, trainer_command
-from tests.trainer_suite import RETINANET
+from tests.trainers.trainer_process import run_command, trainer_command
+from tests.trainers.trainer_suite import RETINANET
 
 pytestmark = pytest.mark.slow
 STEPS = 80

@@ -10,7 +10,7 @@ import torch
 
 from flux.data.batch import FluxBatch
 from flux.data.reader import FluxArrowDataset
-from flux.data.throughput import BatchesByIndex, identity_collate
+from flux.bench.loader import BatchesByIndex, identity_collate
 
 FIELDS = ("t5", "clip", "mean", "logvar", "timestep", "sample_ids")
 
@@ -53,7 +53,7 @@ def test_pickled_reader_reopens_its_shards(tiny_dataset_dir: Path) -> None:
 
 
 def test_two_threads_share_one_reader(tiny_dataset_dir: Path) -> None:
-    """common.streaming reads the next window's first batch on a thread beside the loop."""
+    """common.data.loader reads the next window's first batch on a thread beside the loop."""
     import concurrent.futures
 
     dataset = FluxArrowDataset(tiny_dataset_dir / "train", max_open_shards=1)  # every call evicts

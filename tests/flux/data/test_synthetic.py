@@ -107,7 +107,7 @@ def test_cli_writes_to_the_default_location(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_preset_widths_fit_the_model_flavors() -> None:
-    args = pytest.importorskip("flux.model.args", reason="flux.model is not there yet")
+    args = pytest.importorskip("flux.model.flavors", reason="flux.model is not there yet")
     for size_name, flavor_name in (("tiny", "flux-tiny"), ("small", "flux-small"), ("reference", "flux-schnell")):
         flavor = args.get_flavor(flavor_name)
         SYNTHETIC_SIZES[size_name].shapes.check_model(

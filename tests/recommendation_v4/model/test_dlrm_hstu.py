@@ -11,7 +11,7 @@ import torch
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU, embedding_tables
 from recommendation_v4.model.param_count import count_parameters
 from recommendation_v4.model.stu import STULayer

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from common.streaming import stream_batches
+from common.data.loader import stream_batches
 from retinanet.data import layout
 from retinanet.data.batch import DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.dataset import BadImageError, LoaderSettings, OpenImagesDetectionDataset
@@ -260,7 +260,7 @@ def test_indices_past_the_end_address_later_epochs(tiny_dataset_dir: Path) -> No
 
 
 def test_get_batch_serves_the_streaming_loader(tiny_dataset_dir: Path) -> None:
-    from common.streaming import StreamingLoader
+    from common.data.loader import StreamingLoader
 
     dataset = OpenImagesDetectionDataset.from_split(
         tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, augment=True)

@@ -15,7 +15,7 @@ import torch
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.model.config import FLAVORS
+from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.ops.triton import hstu_attention, jagged, layer_norm, ln_mul_dropout

@@ -1,0 +1,1 @@
+"""common/checkpoint: moved here from the flat layout."""

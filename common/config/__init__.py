@@ -1,0 +1,1 @@
+"""common/config: moved here from the flat layout."""

@@ -1,0 +1,1 @@
+"""common/data: moved here from the flat layout."""

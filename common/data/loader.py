@@ -1,0 +1,354 @@
+"""Streaming data in windows: a time slice (DLRM), or a block of files (images, Flux latents).
+
+The pieces, each usable alone (time windows over timestamps are `common.data.time_windows`):
+
+- `window_batches`: a window's samples, shuffled (seeded by run seed and window), cut into
+  global batches, and this rank's contiguous share of each.
+- `StreamingLoader`: iterates one window after another through ONE DataLoader whose workers
+  persist across windows, and prepares the next window (its index and its first batch) on a
+  background thread while the current one trains, so the turnover costs a few ms.
+
+`eval_step_interval` is the MLPerf eval grid: every ceil(pct * train_samples / GBS) steps.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import io
+import math
+import pickle
+import signal
+import threading
+import time
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from common.data.batch_arena import SlabRegistry, batch_slab
+from common.load_profile.reads import BatchReads, recording
+
+
+
+class BatchSource(Protocol):
+    def get_batch(self, indices: np.ndarray) -> Any: ...
+
+
+def rank_share(global_batch: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:
+    """Rank `rank`'s contiguous share of a global batch; every rank gets the same number of samples.
+
+    Contiguous shares keep a 1-rank run and an N-rank run on the same samples per step (the
+    union of the shares is the global batch, in order), which the equivalence tests rely on.
+    """
+    n = len(global_batch)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world size {world_size}")
+    if n % world_size:
+        raise ValueError(f"a global batch of {n} samples does not split evenly over {world_size} ranks")
+    share = n // world_size
+    return np.asarray(global_batch[rank * share : (rank + 1) * share])
+
+
+def window_batches(
+    indices: np.ndarray, *, global_batch_size: int, rank: int, world_size: int, seed: int, key: int, shuffle: bool = True
+) -> list[np.ndarray]:
+    """This rank's share of each global batch of a window (a tail short of a batch is dropped)."""
+    if global_batch_size % world_size:
+        raise ValueError(f"global batch {global_batch_size} does not split evenly over {world_size} ranks")
+    order = np.asarray(indices, dtype=np.int64)
+    if shuffle:
+        order = order[np.random.default_rng([seed, key]).permutation(order.size)]
+    num = order.size // global_batch_size
+    return [
+        rank_share(order[b * global_batch_size : (b + 1) * global_batch_size], rank=rank, world_size=world_size)
+        for b in range(num)
+    ]
+
+
+def eval_step_interval(*, eval_every_data_pct: float, train_samples: int, global_batch_size: int) -> int:
+    """Steps between evaluations, as the MLPerf rules compute it."""
+    if not 0 < eval_every_data_pct <= 1:
+        raise ValueError(f"eval_every_data_pct must be in (0, 1], got {eval_every_data_pct}")
+    return max(1, math.ceil(eval_every_data_pct * train_samples / global_batch_size))
+
+
+class _SwitchableBatches(torch.utils.data.Sampler):
+    """Yields the index arrays of whatever window is current (set before each pass)."""
+
+    def __init__(self) -> None:
+        self.batches: Sequence[np.ndarray] = ()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(list(self.batches))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclasses.dataclass
+class _Delivery:
+    """A batch and the slab its tensors live in (common.data.batch_arena), as a worker sends them.
+
+    Pickled for the trainer (`__reduce__`), every tensor that is a view of the slab travels as
+    its place in the slab, and the slab itself once: one shared segment and one passed file
+    descriptor per batch, where torch's own reductions pass one per tensor (RetinaNet's boxes,
+    labels and ids made that ~27 per batch of 8 images).
+    """
+
+    batch: Any
+    slab: torch.Tensor | None
+    serial: int = 0  # which batch of its slab this is (common.data.batch_arena.SlabRegistry)
+    reads: BatchReads | None = None  # what building it read (common.load_profile)
+
+    def __reduce__(self):
+        if self.slab is None or not self.slab.is_shared():
+            return (_Delivery, (self.batch, self.slab, self.serial, self.reads))
+        buffer = io.BytesIO()
+        pickler = _SlabPickler(buffer, self.slab)
+        pickler.dump(self.batch)
+        pickler.forget()
+        return (_rebuild_delivery, (buffer.getvalue(), self.slab, self.serial, self.reads))
+
+
+class _SlabPickler(ForkingPickler):
+    """Pickles tensors on the slab as (byte offset, shape, stride, dtype); anything else as torch does."""
+
+    def __init__(self, buffer: io.BytesIO, slab: torch.Tensor) -> None:
+        super().__init__(buffer, pickle.HIGHEST_PROTOCOL)
+        self._slab_storage = slab.untyped_storage()
+        self._start = self._slab_storage.data_ptr()
+
+    def forget(self) -> None:
+        # a pickler with persistent_id can outlive its use in a reference cycle; it must not keep
+        # the slab referenced, or the slab never counts as released
+        self._slab_storage = None
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not torch.Tensor or obj.requires_grad:
+            return None
+        storage = obj.untyped_storage()
+        if storage.data_ptr() != self._start:
+            return None
+        return ("slab", obj.storage_offset() * obj.element_size(), tuple(obj.shape), obj.stride(), str(obj.dtype))
+
+
+class _SlabUnpickler(pickle.Unpickler):
+    def __init__(self, payload: bytes, slab: torch.Tensor) -> None:
+        super().__init__(io.BytesIO(payload))
+        self._storage = slab.untyped_storage()
+
+    def forget(self) -> None:
+        self._storage = None  # see _SlabPickler.forget
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        _, offset, shape, stride, dtype_name = pid
+        dtype = getattr(torch, dtype_name.removeprefix("torch."))
+        view = torch.empty(0, dtype=dtype)
+        return view.set_(self._storage, offset // view.element_size(), shape, stride)
+
+
+def _rebuild_delivery(payload: bytes, slab: torch.Tensor, serial: int, reads: BatchReads | None = None) -> _Delivery:
+    unpickler = _SlabUnpickler(payload, slab)
+    batch = unpickler.load()
+    unpickler.forget()
+    return _Delivery(batch=batch, slab=slab, serial=serial, reads=reads)
+
+
+def _build(source: BatchSource, indices: np.ndarray, *, record: bool = False) -> _Delivery:
+    if not record:
+        with batch_slab() as built:
+            batch = source.get_batch(indices)
+        return _Delivery(batch=batch, slab=built.slab, serial=built.serial)
+    with recording() as reads, batch_slab() as built:
+        batch = source.get_batch(indices)
+    return _Delivery(batch=batch, slab=built.slab, serial=built.serial, reads=reads[0])
+
+
+class _ByIndexArray(torch.utils.data.Dataset):
+    def __init__(self, source: BatchSource) -> None:
+        self.source = source
+        self.record = False  # what a worker builds carries its reads (common.load_profile)
+
+    def __getitem__(self, indices: np.ndarray) -> _Delivery:
+        return _build(self.source, indices, record=self.record)
+
+    def __len__(self) -> int:  # the sampler decides; DataLoader only needs the method
+        return 0
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+# What `timeout`, `scancel` and Slurm's time limit send to every process of the job.
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def _ignore_preemption_signals(worker_id: int) -> None:
+    """Loader workers leave a preemption notice to the trainer, which saves and stops them.
+
+    Left to torch's own handler, a worker dies of a SIGTERM sent to the whole process group and
+    the trainer's next batch raises "DataLoader worker is killed by signal" before it can save.
+    The signals are blocked while workers start (see `_preemption_signals_blocked`), so one that
+    arrives before this runs stays pending and is dropped here.
+    """
+    for signum in PREEMPTION_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
+
+
+@contextlib.contextmanager
+def _preemption_signals_blocked() -> Iterator[None]:
+    """Forked workers inherit the blocked mask; the trainer gets a pending notice on unblocking."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPTION_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@dataclasses.dataclass
+class _Prepared:
+    key: int
+    skip: int
+    batches: list[np.ndarray]
+    first: Any  # the first batch to train (after `skip`), or None for an empty window
+    built_s: float
+    first_reads: BatchReads | None = None
+
+
+class StreamingLoader:
+    """Window after window of batches, with the next window prepared in the background.
+
+    `build_window(key)` returns this rank's index batches of window `key` (e.g. via
+    `window_batches`); `iterate(key, skip=, next_key=)` yields `(batch_idx, batch)` for the
+    window's batches from `skip` on and starts preparing `next_key` as soon as it begins.
+    The first batch of a prepared window comes straight from the background thread; the rest
+    come from the persistent workers. `boundary_waits` records, per window, how long the loop
+    waited for that window's first batch. `reads_sink`, when set before the first `iterate`
+    (workers take their copy of the dataset then), receives the `BatchReads` of every batch it
+    yields (the training loader's load profile); without one, nothing is recorded.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: BatchSource,
+        build_window: Callable[[int], list[np.ndarray]],
+        num_workers: int,
+        prefetch_factor: int = 2,
+        seed: int = 0,
+    ) -> None:
+        self.source = source
+        self.build_window = build_window
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor if num_workers > 0 else 0
+        self._reads_sink: Callable[[BatchReads], None] | None = None
+        self._sampler = _SwitchableBatches()
+        # a private generator: creating an iterator must not consume the global torch RNG, or a
+        # resumed run would draw different dropout masks than an uninterrupted one
+        self._by_index = _ByIndexArray(source)
+        self._loader = torch.utils.data.DataLoader(
+            self._by_index,
+            sampler=self._sampler,
+            batch_size=None,
+            collate_fn=_identity,
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,
+            generator=torch.Generator().manual_seed(seed),
+            worker_init_fn=_ignore_preemption_signals if num_workers > 0 else None,
+        )
+        self._slabs = SlabRegistry()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-prefetch")
+        self._pending: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self.boundary_waits: dict[int, float] = {}
+        self.window_sizes: dict[int, int] = {}
+
+    @property
+    def reads_sink(self) -> Callable[[BatchReads], None] | None:
+        return self._reads_sink
+
+    @reads_sink.setter
+    def reads_sink(self, sink: Callable[[BatchReads], None] | None) -> None:
+        self._reads_sink = sink
+        self._by_index.record = sink is not None
+
+    def _prepare(self, key: int, skip: int) -> _Prepared:
+        t0 = time.perf_counter()
+        batches = self.build_window(key)
+        first = _build(self.source, batches[skip], record=self._by_index.record) if skip < len(batches) else None
+        return _Prepared(key=key, skip=skip, batches=batches, first=None if first is None else first.batch,
+                         built_s=time.perf_counter() - t0, first_reads=None if first is None else first.reads)
+
+    def prefetch(self, key: int, *, skip: int = 0) -> None:
+        with self._lock:
+            if (key, skip) not in self._pending:
+                self._pending[(key, skip)] = self._pool.submit(self._prepare, key, skip)
+
+    def _take(self, key: int, skip: int) -> _Prepared:
+        self.prefetch(key, skip=skip)
+        with self._lock:
+            future = self._pending.pop((key, skip))
+            stale = [k for k in self._pending if k[0] <= key]
+            for k in stale:  # a resume or a skipped window leaves nothing behind
+                self._pending.pop(k).cancel()
+        return future.result()
+
+    def iterate(self, key: int, *, skip: int = 0, next_key: int | None = None) -> Iterator[tuple[int, Any]]:
+        t0 = time.perf_counter()
+        prepared = self._take(key, skip)
+        self.window_sizes[key] = len(prepared.batches)
+        if prepared.first is None:
+            self.boundary_waits[key] = time.perf_counter() - t0
+            if next_key is not None:
+                self.prefetch(next_key)
+            return
+        rest = prepared.batches[skip + 1 :]
+        self._sampler.batches = rest
+        with _preemption_signals_blocked():  # the first pass starts the persistent workers
+            workers = iter(self._loader) if rest else iter(())
+        self.boundary_waits[key] = time.perf_counter() - t0
+        if next_key is not None:
+            self.prefetch(next_key)
+        if self.reads_sink is not None and prepared.first_reads is not None:
+            self.reads_sink(prepared.first_reads)
+        yield skip, prepared.first
+        for offset, delivery in enumerate(workers, start=skip + 1):
+            shared = delivery.slab is not None and delivery.slab.is_shared()
+            self._slabs.receive(delivery.slab if shared else None, delivery.serial)
+            if self.reads_sink is not None and delivery.reads is not None:
+                self.reads_sink(delivery.reads)
+            batch = delivery.batch
+            del delivery  # the batch's views alone keep its slab in use from here on
+            yield offset, batch
+
+    def close(self) -> None:
+        """Stops the background preparation and the persistent workers (they exit on the loader's
+        own stop message; they ignore SIGTERM, so nothing else would stop them before the trainer)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        iterator = getattr(self._loader, "_iterator", None)
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        self._loader._iterator = None
+
+
+def stream_batches(source: BatchSource, index_batches: Sequence[np.ndarray], *, num_workers: int,
+                   prefetch_factor: int = 2) -> Iterator[Any]:
+    """The batches of `index_batches` through the trainers' loader (one window): for benchmarks and
+    tests that want exactly what a training loop receives."""
+    batches = list(index_batches)
+    loader = StreamingLoader(source=source, build_window=lambda key: batches, num_workers=num_workers,
+                             prefetch_factor=prefetch_factor)
+    try:
+        for _, batch in loader.iterate(0):
+            yield batch
+    finally:
+        loader.close()

@@ -1,0 +1,1 @@
+"""common/distributed: moved here from the flat layout."""

@@ -1,0 +1,1 @@
+"""common/mlperf: moved here from the flat layout."""

@@ -1,0 +1,1 @@
+"""common/quality: moved here from the flat layout."""

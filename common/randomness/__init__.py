@@ -1,0 +1,1 @@
+"""common/randomness: moved here from the flat layout."""

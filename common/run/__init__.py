@@ -1,0 +1,1 @@
+"""common/run: moved here from the flat layout."""

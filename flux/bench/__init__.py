@@ -1,0 +1,1 @@
+"""flux/bench: moved here from the flat layout."""

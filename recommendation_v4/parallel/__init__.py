@@ -1,0 +1,1 @@
+"""recommendation_v4/parallel: moved here from the flat layout."""

@@ -1,0 +1,1 @@
+"""retinanet/bench: moved here from the flat layout."""

@@ -1,0 +1,102 @@
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from common.data.loader import StreamingLoader, eval_step_interval, window_batches
+from common.data.time_windows import TimeWindows
+
+
+def test_windows_partition_the_timeline_in_time_order():
+    rng = np.random.default_rng(0)
+    ts = rng.integers(0, 5 * 86_400, size=2000)
+    w = TimeWindows(ts, window_seconds=86_400)
+    assert w.keys() == [0, 1, 2, 3, 4]
+    seen = np.concatenate([w.indices(k) for k in w.keys()])
+    assert sorted(seen.tolist()) == list(range(2000))  # every sample in exactly one window
+    for k in w.keys():
+        idx = w.indices(k)
+        assert np.all((ts[idx] >= k * 86_400) & (ts[idx] < (k + 1) * 86_400))
+        assert np.all(np.diff(ts[idx]) >= 0)
+        if k + 1 in w.keys():  # the next window lies strictly in the future of this one
+            assert ts[idx].max() < ts[w.indices(k + 1)].min()
+    assert w.indices(99).size == 0
+
+
+def test_windows_reject_time_before_origin():
+    with pytest.raises(ValueError, match="precedes the window origin"):
+        TimeWindows(np.array([5, 10]), origin=7)
+
+
+def test_window_batches_split_global_batches_across_ranks():
+    idx = np.arange(100, 150)
+    ranks = [window_batches(idx, global_batch_size=8, rank=r, world_size=2, seed=3, key=1) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == 6  # 50 // 8; the tail of 2 is dropped
+    together = np.concatenate([np.concatenate([a, b]) for a, b in zip(*ranks)])
+    assert len(set(together.tolist())) == 48 and set(together.tolist()) <= set(idx.tolist())
+    again = window_batches(idx, global_batch_size=8, rank=0, world_size=2, seed=3, key=1)
+    assert all(np.array_equal(a, b) for a, b in zip(again, ranks[0]))  # deterministic
+    other = window_batches(idx, global_batch_size=8, rank=0, world_size=2, seed=3, key=2)
+    assert not all(np.array_equal(a, b) for a, b in zip(other, ranks[0]))  # reshuffled per window
+    with pytest.raises(ValueError, match="does not split evenly"):
+        window_batches(idx, global_batch_size=9, rank=0, world_size=2, seed=0, key=0)
+
+
+def test_eval_interval_is_the_mlperf_grid():
+    assert eval_step_interval(eval_every_data_pct=0.001, train_samples=2_290_835_423, global_batch_size=8192) == 280
+    assert eval_step_interval(eval_every_data_pct=0.5, train_samples=1000, global_batch_size=64) == 8  # ceil(7.8)
+    with pytest.raises(ValueError):
+        eval_step_interval(eval_every_data_pct=0.0, train_samples=10, global_batch_size=1)
+
+
+class _SlowSource:
+    """get_batch takes a while, like decoding a real batch; records which thread built what."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def get_batch(self, indices):
+        time.sleep(self.delay)
+        self.calls.append((threading.current_thread().name, tuple(int(i) for i in indices)))
+        return np.asarray(indices)
+
+
+def _build(key: int) -> list[np.ndarray]:
+    return [np.arange(key * 100 + 10 * b, key * 100 + 10 * b + 3) for b in range(4)]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_loader_yields_every_batch_in_order_and_resumes_mid_window(workers):
+    loader = StreamingLoader(source=_SlowSource(0.0), build_window=_build, num_workers=workers)
+    got = [(i, b.tolist()) for i, b in loader.iterate(2, next_key=3)]
+    assert got == [(i, _build(2)[i].tolist()) for i in range(4)]
+    resumed = [(i, b.tolist()) for i, b in loader.iterate(3, skip=2)]
+    assert resumed == [(2, _build(3)[2].tolist()), (3, _build(3)[3].tolist())]
+    loader.close()
+
+
+def test_next_window_is_prepared_while_the_current_one_trains():
+    source = _SlowSource(0.2)
+    loader = StreamingLoader(source=source, build_window=_build, num_workers=0)
+    loader.prefetch(0)
+    for _ in loader.iterate(0, next_key=1):
+        time.sleep(0.3)  # "training" a batch; the next window's first batch is built meanwhile
+    t0 = time.perf_counter()
+    first = next(loader.iterate(1))
+    waited = time.perf_counter() - t0
+    assert first[0] == 0 and first[1].tolist() == _build(1)[0].tolist()
+    assert waited < 0.1, waited  # the 0.2 s build happened in the background
+    assert loader.boundary_waits[1] < 0.1
+    assert any(name.startswith("window-prefetch") and idx == tuple(_build(1)[0]) for name, idx in source.calls)
+    loader.close()
+
+
+def test_persistent_workers_survive_window_turnover():
+    loader = StreamingLoader(source=_SlowSource(0.0), build_window=_build, num_workers=1)
+    list(loader.iterate(0))
+    pids_before = [w.pid for w in loader._loader._iterator._workers]
+    list(loader.iterate(1))
+    assert [w.pid for w in loader._loader._iterator._workers] == pids_before
+    loader.close()

@@ -1,0 +1,123 @@
+"""The run lifecycle in one process, with a toy benchmark: what it writes, and that it closes
+everything it opened on every path (success, an error in a step, a config error in the build)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import gin
+import numpy as np
+import pytest
+import torch
+
+from common.run import lifecycle as run
+from common.config.gin_files import ConfigError
+from common.run.loop import EvalOutput, LoopConfig, StepOutput
+from common.run.learning_rate import LinearWarmup
+from common.data.loader import StreamingLoader
+
+
+class _Source:
+    def get_batch(self, indices):
+        return torch.as_tensor(np.asarray(indices), dtype=torch.float32)
+
+
+class _Task:
+    def __init__(self, fail_at_step: int | None) -> None:
+        self.fail_at_step = fail_at_step
+        self.weight = torch.zeros(1)
+        self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+
+    def train_step(self, batch, step):
+        if step.step == self.fail_at_step:
+            raise RuntimeError("a step failed")
+        self.weight += 0.1 * (batch.mean() - self.weight)
+        return StepOutput(loss=(batch.mean() - self.weight).abs(), samples=len(batch))
+
+    def evaluate(self, at):
+        return EvalOutput(metrics={"acc": 0.25 + at.step / 100}, quality=0.25 + at.step / 100, samples=4)
+
+    def app_state(self):
+        return {"w": {"weight": self.weight}}
+
+    def scheduled_optimizers(self):
+        return [self.optimizer]
+
+
+class _Closeable:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _benchmark(*, fail_at_step=None, build_error=False, opened: dict):
+    def build(ctx: run.RunContext) -> run.TrainingPlan:
+        opened["eval_loader"] = _Closeable()
+        loader = StreamingLoader(source=_Source(), num_workers=0,
+                                 build_window=lambda key: [np.arange(key * 10 + 2 * b, key * 10 + 2 * b + 2) for b in range(3)])
+        opened["loader"] = loader
+        if build_error:
+            raise ConfigError("toy.TrainConfig.x must be positive, got -1")
+        return run.TrainingPlan(
+            task=_Task(fail_at_step), loader=loader, windows=[0, 1], loop=LoopConfig(eval_every_steps=3),
+            hyperparameters={"global_batch_size": 2}, lr_schedule=LinearWarmup(base_lr=0.1, warmup_steps=2),
+            dataset="toy", reference_data=False, schedule_line="[schedule] two windows of three batches",
+            summarize=lambda result, untrained: ({"toy": True}, f"[done] {result.progress.global_step} steps"),
+            evaluate_untrained=True, closeables=[opened["eval_loader"]],
+        )
+
+    return run.Benchmark(package="toy", mlperf_name="dlrmv4", ruleset="6.1.0", reference_config="toy_reference.gin",
+                         read_configs=lambda: None, build=build)
+
+
+@pytest.fixture
+def gin_file(tmp_path):
+    path = tmp_path / "toy.gin"
+    path.write_text(f'common.RunConfig.output_root = "{tmp_path / "runs"}"\ncommon.RunConfig.log_every_steps = 1\n')
+    yield path
+    gin.clear_config()
+
+
+def _mllog_keys(run_dir) -> list[str]:
+    return [json.loads(line.split(":::MLLOG ", 1)[1])["key"] for line in (run_dir / "mllog.log").read_text().splitlines()]
+
+
+def test_a_finished_run_writes_its_directory_and_checks_its_log(gin_file, tmp_path, capsys):
+    opened = {}
+    assert run.main(_benchmark(opened=opened), ["--gin_config", str(gin_file)]) == 0
+    run_dir = tmp_path / "runs" / "toy" / "toy"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["steps"], summary["samples"], summary["toy"]) == (6, 12, True)
+    assert summary["untrained_quality"] == 0.25 and summary["final_quality"] == pytest.approx(0.31)
+    assert summary["compliance"]["ruleset"] == "6.1.0" and summary["compliance"]["failures"]
+    keys = _mllog_keys(run_dir)
+    assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    assert {"config.gin", "operative_config.gin", "metrics.jsonl"} <= {p.name for p in run_dir.iterdir()}
+    out = capsys.readouterr().out
+    assert "[eval] untrained model: acc=0.2500" in out and "[compliance]" in out
+    assert "[done] 6 steps in " in out and f"s -> {run_dir}" in out
+    assert opened["eval_loader"].closed
+
+
+def test_an_error_in_a_step_still_closes_everything(gin_file, tmp_path):
+    opened = {}
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        run.main(_benchmark(fail_at_step=4, opened=opened), ["--gin_config", str(gin_file)])
+    assert opened["eval_loader"].closed and opened["loader"]._pool._shutdown
+    assert signal.getsignal(signal.SIGTERM) == before  # the preemption handler is gone with the run
+    run_dir = tmp_path / "runs" / "toy" / "toy"
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 4  # the lines before the failure are on disk
+    assert "run_stop" not in _mllog_keys(run_dir) and not (run_dir / "summary.json").exists()
+
+
+def test_a_config_error_in_the_build_exits_2_with_one_line(gin_file, tmp_path, capsys):
+    before = signal.getsignal(signal.SIGTERM)
+    assert run.main(_benchmark(build_error=True, opened={}), ["--gin_config", str(gin_file)]) == 2
+    assert capsys.readouterr().err.strip() == "config error: toy.TrainConfig.x must be positive, got -1"
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert (tmp_path / "runs" / "toy" / "toy" / "mllog.log").read_text().count("init_start") == 1
