@@ -10,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from common.distributed.collectives import run_on_rank0
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.setup import DistInfo
 from flux.data import layout
 from flux.data.schema import FluxDataError
 from flux.data.splits import FluxSplits, materialise, open_splits
-from flux.model.flavors import FluxModelArgs
+from flux.model.flavors import FluxFlavor
 from flux.run_config import DataConfig
 
 
-def prepare_data(*, config: DataConfig, args: FluxModelArgs, flavor: str) -> FluxSplits:
+def prepare_data(*, config: DataConfig, args: FluxFlavor, flavor: str) -> FluxSplits:
     def generate():
         try:
             return str(materialise(data_root=config.data_root, name=config.dataset,

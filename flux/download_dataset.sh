@@ -9,6 +9,8 @@
 # login (the downloader opens a browser) or a service account (--service-account).
 # For a local synthetic stand-in use: python -m flux.data.synthetic --size small
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -34,7 +36,6 @@ dry_run=0
 downloader_url="${R2_DOWNLOADER_URL:-https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh}"
 metadata_base="https://training.mlcommons-storage.org/metadata"
 
-need_value() { [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data-dir) need_value "$@"; data_dir="$2"; shift 2 ;;

@@ -10,6 +10,7 @@ rules compute it, ceil(262144 / GBS) * GBS, after global_batch_size.
 from __future__ import annotations
 
 from common.mlperf.compliance import RECIPE, TARGET, KnownRule
+from common.run.schedule import TrainingSchedule
 from flux.run_config import TrainConfig
 
 COMPLIANCE_RULES = (
@@ -23,17 +24,17 @@ COMPLIANCE_RULES = (
 )
 
 
-def mllog_hyperparameters(*, cfg: TrainConfig, world_size: int, train_samples: int, eval_samples: int, seed: int,
-                          config_file: str, parallelism: str) -> dict:
-    gbs = cfg.global_batch_size
-    bf16_gathers = cfg.bf16 and parallelism == "fsdp"  # FSDP2 all-gathers the bf16 copies of the weights
+def mllog_hyperparameters(*, cfg: TrainConfig, schedule: TrainingSchedule, eval_samples: int, seed: int,
+                          config_file: str) -> dict:
+    gbs = schedule.global_batch_size
+    bf16_gathers = cfg.bf16 and cfg.parallelism == "fsdp"  # FSDP2 all-gathers the bf16 copies of the weights
     return {
         "global_batch_size": gbs,  # before evaluation_frequency: the rules derive its expected value from it
-        "evaluation_frequency": cfg.eval_every_steps() * gbs,
-        "micro_batch_size": gbs // world_size,  # per rank and forward pass
+        "evaluation_frequency": schedule.eval_every_steps * gbs,
+        "micro_batch_size": schedule.local_batch_size,  # per rank and forward pass
         "gradient_accumulation_steps": 1,
         "seed": seed,
-        "train_samples": train_samples,
+        "train_samples": schedule.train_samples,
         "eval_samples": eval_samples,
         "optimizer": "adamw",
         "learning_rate": cfg.learning_rate,

@@ -27,10 +27,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.setup import DistInfo
 from flux.model import FluxModel
-from flux.model.flavors import FluxModelArgs
+from flux.model.flavors import FluxFlavor
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ def _mesh(info: DistInfo, dp_replicate: int):
                             mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
-def build_parallel_model(*, args: FluxModelArgs, info: DistInfo, parallelism: str, dp_replicate: int, bf16: bool,
+def build_parallel_model(*, args: FluxFlavor, info: DistInfo, parallelism: str, dp_replicate: int, bf16: bool,
                          activation_checkpointing: bool, seed_shared: Callable[[], None]) -> ParallelModel:
     """The model on this rank's device, wrapped for data parallelism; `seed_shared` re-seeds first."""
     seed_shared()

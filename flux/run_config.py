@@ -12,8 +12,8 @@ import dataclasses
 
 import gin
 
-from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
-from flux.model.flavors import FLAVORS, FluxModelArgs
+from common.config.checks import flavor_from, read, require, require_choice, require_int, require_number
+from flux.model.flavors import FLAVORS, FluxFlavor
 
 PARALLELISMS = ("fsdp", "ddp")
 NOISE_MODES = ("per_sample", "per_rank")
@@ -24,7 +24,7 @@ RANK_SLICES = ("batch", "window")
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     flavor: str = "flux-tiny"
-    model_overrides: dict = dataclasses.field(default_factory=dict)  # FluxModelArgs field -> value
+    model_overrides: dict = dataclasses.field(default_factory=dict)  # FluxFlavor field -> value
     global_batch_size: int = 16
     eval_batch_size: int = 16  # validation samples per rank and batch (the reference's default)
     epochs: int = 1  # passes over the train split at most; the run stops earlier at the target
@@ -62,20 +62,11 @@ class TrainConfig:
         require(self, "target_eval_loss", self.target_eval_loss is None or self.target_eval_loss > 0, "> 0 or None")
         require_choice(self, "noise", NOISE_MODES)
         require_choice(self, "parallelism", PARALLELISMS)
-        require(self, "model_overrides", isinstance(self.model_overrides, dict), "a dict of FluxModelArgs fields")
+        require(self, "model_overrides", isinstance(self.model_overrides, dict), "a dict of FluxFlavor fields")
 
-    def model(self) -> FluxModelArgs:
+    def model(self) -> FluxFlavor:
         """The flavor with its overrides applied."""
-        if self.flavor not in FLAVORS:
-            raise ConfigError(f"flux.TrainConfig.flavor={self.flavor!r} is not one of {sorted(FLAVORS)}")
-        try:
-            return dataclasses.replace(FLAVORS[self.flavor], **dict(self.model_overrides))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"flux.TrainConfig.model_overrides={self.model_overrides!r}: {err}") from err
-
-    def eval_every_steps(self) -> int:
-        """The closed rules' grid: ceil(eval_every_samples / GBS) steps."""
-        return -(-self.eval_every_samples // self.global_batch_size)
+        return flavor_from(self, FLAVORS)
 
 
 @gin.configurable(module="flux")
@@ -113,6 +104,6 @@ class FluxConfigs:
 
     @classmethod
     def read(cls) -> "FluxConfigs":
-        configs = cls(TrainConfig(), DataConfig())
+        configs = cls(read(TrainConfig), read(DataConfig))
         configs.train.model()  # a bad flavor or override fails here
         return configs

@@ -6,11 +6,10 @@ import dataclasses
 from typing import Any, Callable, Iterable
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from common.distributed.collectives import all_reduce_mean, is_distributed
-from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.distributed.collectives import reduce_in_place
+from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from common.randomness.streams import RandomStreams
 from flux.data.batch import FluxBatch
 from flux.data.empty_encodings import EmptyEncodings
@@ -85,8 +84,7 @@ class FluxTask:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.module.parameters(), self.config.grad_clip_norm)
         self.optimizer.step()
-        world = dist.get_world_size() if is_distributed() else 1
-        return StepOutput(loss=all_reduce_mean(loss.detach()), samples=len(batch) * world, sample_ids=batch.sample_ids)
+        return StepOutput(loss=loss.detach(), samples=len(batch), sample_ids=batch.sample_ids)
 
     # ---------------------------------------------------------------------------- validation
     @torch.no_grad()
@@ -115,9 +113,8 @@ class FluxTask:
         finally:
             self.model.after_evaluation()
             self.model.module.train()
-        if is_distributed():
-            dist.all_reduce(sums)
-            dist.all_reduce(counts)
+        reduce_in_place(sums)
+        reduce_in_place(counts)
         total = int(counts.sum().item())
         loss = float(sums[0].sum() / max(total, 1))
         metrics = {"eval_loss": loss}

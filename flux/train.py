@@ -11,21 +11,25 @@ the compliance check, the summary).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a preemption signal while the imports below load is noted, not fatal
+    from common.run.early_signals import catch_from_now_on
+
+    catch_from_now_on()
+
 from typing import Sequence
 
 import torch
 
-from common.run import lifecycle as run
-from common.config.gin_files import ConfigError
-from common.data.epochs import EpochIndexedSource, EpochSchedule
-from common.run.loop import LoopConfig, LoopResult
-from common.run.learning_rate import LinearWarmup
+from common import run
+from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
+from common.run.loop import LoopResult
 from flux.data.schema import FluxDataError
 from flux.data_setup import prepare_data, validation_batches
 from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from flux.parallel import build_parallel_model
 from flux.run_config import FluxConfigs
+from flux.schedule import flux_schedule
 from flux.task import FluxTask
 
 
@@ -36,12 +40,10 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
 
     data = prepare_data(config=c.data, args=args, flavor=cfg.flavor)
     ctx.say(f"[data] {data.describe()}")
-    try:
-        schedule = EpochSchedule(num_samples=len(data.train), global_batch_size=cfg.global_batch_size,
-                                 world_size=info.world_size, epochs=cfg.epochs, batches_per_window=c.data.batches_per_window,
-                                 seed=ctx.seed, shuffle=False, rank_slices=c.data.rank_slices)
-    except ValueError as err:
-        raise ConfigError(f"flux.TrainConfig / flux.DataConfig: {err}") from err
+    eval_count = min(len(data.validation), c.data.validation_max_samples or len(data.validation))
+    mine = validation_batches(count=eval_count, info=info, batch_size=cfg.eval_batch_size)
+    schedule = flux_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed,
+                             validation_batches=len(mine))
 
     model = build_parallel_model(args=args, info=info, parallelism=cfg.parallelism, dp_replicate=cfg.dp_replicate,
                                  bf16=cfg.bf16, activation_checkpointing=cfg.activation_checkpointing,
@@ -54,15 +56,14 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
                                   eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
                                   fused=info.device.type == "cuda" or None)
 
-    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)), build_window=lambda key: schedule.window_batches(key, rank=info.rank),
+    epochs = schedule.epochs
+    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
+                                   build_window=lambda key: epochs.window_batches(key, rank=info.rank),
                                    num_workers=c.data.num_workers, seed=ctx.seed)
-    eval_count = min(len(data.validation), c.data.validation_max_samples or len(data.validation))
-    mine = validation_batches(count=eval_count, info=info, batch_size=cfg.eval_batch_size)
     eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
                                   num_workers=c.data.eval_num_workers, seed=ctx.seed)
     task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
                     device=info.device, eval_batches=lambda at: eval_loader.iterate(at.step, next_key=None))
-    every = cfg.eval_every_steps()
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         last = result.last_eval.metrics if result.last_eval else {}
@@ -80,17 +81,11 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     return run.TrainingPlan(
         task=task,
         loader=train_loader,
-        windows=schedule.keys(),
-        loop=LoopConfig(eval_every_steps=every, target_quality=cfg.target_eval_loss, higher_is_better=False),
-        hyperparameters=mllog_hyperparameters(cfg=cfg, world_size=info.world_size, train_samples=schedule.num_samples,
-                                              eval_samples=eval_count, seed=ctx.seed, config_file=ctx.config_file, parallelism=cfg.parallelism),
-        lr_schedule=LinearWarmup(base_lr=cfg.learning_rate, warmup_steps=cfg.warmup_steps),
+        schedule=schedule,
+        hyperparameters=mllog_hyperparameters(cfg=cfg, schedule=schedule, eval_samples=eval_count, seed=ctx.seed,
+                                              config_file=ctx.config_file),
         dataset=c.data.dataset,
         reference_data=c.data.dataset == "mlcommons",
-        schedule_line=(f"[schedule] {cfg.epochs} epoch(s) x {schedule.batches_per_epoch} steps of {cfg.global_batch_size} "
-                       f"samples in {schedule.windows_per_epoch} window(s) per epoch; validation every {every} steps "
-                       f"({every * cfg.global_batch_size:,} samples) on {len(mine)} batch(es) per rank; target "
-                       f"{cfg.target_eval_loss} (lower is better)"),
         summarize=summarize,
         evaluate_untrained=True,
         closeables=[eval_loader],

@@ -5,6 +5,8 @@
 # 2. structure: python -m flux.data.verify opens every shard with the trainer's reader and checks
 #    columns, shapes, row/shard counts, the validation timestep balance and the empty encodings.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -24,10 +26,7 @@ USAGE
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x "$root/.venv/bin/python" ]]; then python="$root/.venv/bin/python"; else python="python3"; fi
-fi
+python="$(repo_python "$root")"
 data_dir="${MLPERF_DATA_ROOT:-$root/data}/flux"
 expect_train=1099776
 expect_validation=29696
@@ -37,7 +36,6 @@ decode_sample=64
 dry_run=0
 parts="cc12m_preprocessed coco_preprocessed empty_encodings"
 
-need_value() { [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data-dir) need_value "$@"; data_dir="$2"; shift 2 ;;

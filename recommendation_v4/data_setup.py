@@ -15,17 +15,18 @@ import torch
 
 from common.quality.auc import binary_auc
 from common.distributed.collectives import run_on_rank0, world_size
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.setup import DistInfo
-from common.run.loop import EvalPoint
-from common.data.loader import StreamingLoader, rank_share, window_batches
+from common.run.task import EvalPoint
+from common.data.index import rank_share, window_batches
+from common.data.loader import StreamingLoader
 from common.data.time_windows import TimeWindows, index_is_complete, write_index
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
 from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split
 from recommendation_v4.data.synthetic import ensure_synthetic
-from recommendation_v4.model.flavors import HSTUModelConfig, reference_table_rows
+from recommendation_v4.model.flavors import HSTUFlavor, reference_table_rows
 from recommendation_v4.run_config import DataConfig
 
 # pseudo-count of the popularity baseline: items seen rarely shrink toward the global rate
@@ -174,7 +175,7 @@ def _table_sizes(config: DataConfig) -> tuple[dict[str, int] | None, dict[str, i
     return cross, entity
 
 
-def prepare_data(*, config: DataConfig, model_config: HSTUModelConfig, info: DistInfo, seed: int) -> YambdaData:
+def prepare_data(*, config: DataConfig, model_config: HSTUFlavor, info: DistInfo, seed: int) -> YambdaData:
     dataset_dir = materialise(config)
     history_length = config.history_length or model_config.history_length
     if F.max_sequence_length(history_length) > model_config.max_seq_len:

@@ -2,6 +2,8 @@
 # Download the public Yambda dataset (https://huggingface.co/datasets/yandex/yambda) into
 # <dataset-dir>/raw/, the layout the preprocessing reads (recommendation_v4/data/layout.py).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -43,15 +45,6 @@ esac
 dataset_dir="${dataset_dir:-$data_root/yambda-$size}"
 raw_dir="$dataset_dir/raw"
 base_url="${HF_ENDPOINT:-https://huggingface.co}/datasets/yandex/yambda/resolve/main"
-
-run() {
-  if [[ $dry_run -eq 1 ]]; then
-    printf '%q ' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
 
 # Downloads to <name>.part and renames when complete, so an interrupted download never
 # looks like a finished file; --continue-at - resumes a partial one.

@@ -1,79 +1,22 @@
-"""What a DLRM-HSTU run tells the MLPerf log: its schedule, its hyperparameters, and which of the
+"""What a DLRM-HSTU run tells the MLPerf log: its hyperparameters, and which of the
 closed dlrmv4 rules (mlperf_logging 6.1.0) a recipe or a dataset other than the reference breaks."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from common.mlperf.compliance import DATASET, RECIPE, TARGET, KnownRule
-from common.config.gin_files import ConfigError
-from common.data.loader import eval_step_interval
-from recommendation_v4.model.flavors import HSTUModelConfig
-from recommendation_v4.run_config import CLOSED_RULES, StreamingConfig, TrainConfig
+from common.run.schedule import TrainingSchedule
+from recommendation_v4.model.flavors import HSTUFlavor
+from recommendation_v4.run_config import StreamingConfig, TrainConfig
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
 
-# The closed rules' start of measurement (training_6.1.0/closed_dlrmv4.yaml): the earliest
-# convergence of the reference sweep for a global batch size, as a linear fit in samples less a
-# two-block margin, floor((4480 * GBS + 135,331,840) / 3), resolved up onto the eval grid.
-_FIRST_EVAL_SLOPE, _FIRST_EVAL_INTERCEPT, _FIRST_EVAL_DIVISOR = 4480, 135_331_840, 3
-
-
-def closed_rules_first_grid_point(*, global_batch_size: int, eval_every_steps: int) -> int:
-    """The eval grid point (1-based block) the closed dlrmv4 rules require the first evaluation at."""
-    interval_samples = eval_every_steps * global_batch_size
-    threshold = (_FIRST_EVAL_SLOPE * global_batch_size + _FIRST_EVAL_INTERCEPT) // _FIRST_EVAL_DIVISOR
-    return -(-threshold // interval_samples)  # ceil, in integers
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    windows: list[int]
-    train_samples: int
-    eval_every_steps: int
-    first_eval_step: int
-    first_eval_grid_point: int = 0
-
-
-def plan_schedule(*, cfg: TrainConfig, stream: StreamingConfig, sizes: dict[int, int]) -> Schedule:
-    """The train windows in time order, the samples they hold, and the eval step grid.
-
-    `train_samples` is what the windows hold (the MLPerf rules pin it to the dataset's size);
-    each window trains its whole global batches, so up to GBS-1 samples per window are left out.
-    """
-    keys = [k for k in sorted(sizes) if k >= stream.start_window]
-    if stream.num_windows:
-        keys = keys[: stream.num_windows]
-    if not keys:
-        raise ConfigError(f"no train window at or after recommendation_v4.StreamingConfig.start_window={stream.start_window}")
-    train_samples = sum(sizes[k] for k in keys)
-    if cfg.eval_every_steps and stream.eval_every_data_pct:
-        raise ConfigError(
-            "set recommendation_v4.TrainConfig.eval_every_steps or recommendation_v4.StreamingConfig.eval_every_data_pct, not both"
-        )
-    every = cfg.eval_every_steps
-    if stream.eval_every_data_pct:
-        every = eval_step_interval(
-            eval_every_data_pct=stream.eval_every_data_pct, train_samples=train_samples, global_batch_size=cfg.global_batch_size
-        )
-    point = stream.first_eval_at_grid_point
-    if point == CLOSED_RULES:
-        if not every:
-            raise ConfigError(
-                f'recommendation_v4.StreamingConfig.first_eval_at_grid_point="{CLOSED_RULES}" needs an eval grid: '
-                "set recommendation_v4.StreamingConfig.eval_every_data_pct")
-        point = closed_rules_first_grid_point(global_batch_size=cfg.global_batch_size, eval_every_steps=every)
-    return Schedule(windows=keys, train_samples=train_samples, eval_every_steps=every, first_eval_step=every * point,
-                    first_eval_grid_point=point)
-
-
-def mllog_hyperparameters(*, cfg: TrainConfig, mcfg: HSTUModelConfig, sparse: SparseOptimizerConfig, stream: StreamingConfig,
-                          sharding: ShardingConfig, schedule: Schedule, eval_samples: int, seed: int,
+def mllog_hyperparameters(*, cfg: TrainConfig, mcfg: HSTUFlavor, sparse: SparseOptimizerConfig, stream: StreamingConfig,
+                          sharding: ShardingConfig, schedule: TrainingSchedule, eval_samples: int, seed: int,
                           config_file: str) -> dict:
     precision = "bfloat16" if cfg.bf16 else "fp32"
     return {
-        "global_batch_size": cfg.global_batch_size,
-        "micro_batch_size": cfg.global_batch_size,  # per step, before any accumulation
+        "global_batch_size": schedule.global_batch_size,
+        "micro_batch_size": schedule.global_batch_size,  # per step, before any accumulation
         "gradient_accumulation_steps": 1,
         "seed": seed,
         "train_samples": schedule.train_samples,

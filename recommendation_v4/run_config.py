@@ -11,9 +11,9 @@ import dataclasses
 
 import gin
 
-from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
+from common.config.checks import flavor_from, read, require, require_choice, require_int, require_number
 from common.data.time_windows import DAY_SECONDS
-from recommendation_v4.model.flavors import FLAVORS, HSTUModelConfig
+from recommendation_v4.model.flavors import FLAVORS, HSTUFlavor
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
 KERNELS = ("PYTORCH", "TRITON")
@@ -54,14 +54,9 @@ class TrainConfig:
         require(self, "target_auc", self.target_auc is None or 0 < self.target_auc <= 1, "in (0, 1] or None")
         require(self, "model_overrides", isinstance(self.model_overrides, dict), "a dict of flavor fields")
 
-    def model(self) -> HSTUModelConfig:
+    def model(self) -> HSTUFlavor:
         """The flavor with its overrides applied."""
-        if self.flavor not in FLAVORS:
-            raise ConfigError(f"recommendation_v4.TrainConfig.flavor={self.flavor!r} is not one of {sorted(FLAVORS)}")
-        try:
-            return dataclasses.replace(FLAVORS[self.flavor], **dict(self.model_overrides))
-        except TypeError as err:
-            raise ConfigError(f"recommendation_v4.TrainConfig.model_overrides: {err}") from err
+        return flavor_from(self, FLAVORS)
 
 
 @gin.configurable(module="recommendation_v4")
@@ -134,6 +129,7 @@ class DlrmConfigs:
 
     @classmethod
     def read(cls) -> "DlrmConfigs":
-        configs = cls(TrainConfig(), DataConfig(), StreamingConfig(), ShardingConfig(), SparseOptimizerConfig())
+        configs = cls(read(TrainConfig), read(DataConfig), read(StreamingConfig), read(ShardingConfig),
+                      read(SparseOptimizerConfig))
         configs.train.model()  # a bad flavor or override fails here
         return configs

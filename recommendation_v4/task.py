@@ -6,13 +6,12 @@ import dataclasses
 from typing import Any, Callable, Iterable
 
 import torch
-import torch.distributed as dist
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
 from common.quality.auc import distributed_binary_auc
-from common.distributed.collectives import all_reduce_mean
-from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.distributed.collectives import reduce_in_place
+from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.parallel.resharding import adapt_sparse_optimizer_state
@@ -24,9 +23,7 @@ def global_max_sequence_length(model: DlrmHSTU, batch: HSTUBatch) -> int:
     lengths = model.sequence_lengths(batch)
     local = lengths.max() if lengths.numel() else torch.zeros((), dtype=lengths.dtype, device=lengths.device)
     local = local.to(torch.int64).reshape(1)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(local, op=dist.ReduceOp.MAX)
-    return int(local.item())
+    return int(reduce_in_place(local, op="max").item())
 
 
 @dataclasses.dataclass
@@ -35,7 +32,6 @@ class DlrmTask:
     model: DlrmHSTU  # the unwrapped module (for loss and sequence lengths)
     optimizer: CombinedOptimizer
     device: torch.device
-    world_size: int
     grad_clip_norm: float
     eval_batches: Callable[[EvalPoint], Iterable[tuple[int, HSTUBatch]]]  # (index, batch) of the evaluation at a point
     reshard_sparse_optimizer: str = "fail"  # recommendation_v4.ShardingConfig.sparse_optimizer_on_reshard
@@ -78,7 +74,7 @@ class DlrmTask:
             torch.nn.utils.clip_grad_norm_(self._dense_params, self.grad_clip_norm)
         self.optimizer.step()
         return StepOutput(
-            loss=all_reduce_mean(loss.detach()), samples=batch.batch_size * self.world_size, sample_ids=batch.sample_ids
+            loss=loss.detach(), samples=batch.batch_size, sample_ids=batch.sample_ids
         )
 
     @torch.no_grad()
@@ -97,8 +93,7 @@ class DlrmTask:
         auc = distributed_binary_auc(local_scores, local_labels)
         n_local = torch.tensor([float(local_labels.numel())], device=self.device)
         loss_sum = torch.stack(losses).sum().reshape(1) if losses else torch.zeros(1, device=self.device)
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(n_local)
-            dist.all_reduce(loss_sum)
+        reduce_in_place(n_local)
+        reduce_in_place(loss_sum)
         n = int(n_local.item())
         return EvalOutput(metrics={"auc": auc, "eval_loss": float(loss_sum.item()) / max(n, 1)}, quality=auc, samples=n)

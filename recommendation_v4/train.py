@@ -10,25 +10,25 @@ MLPerf log, resume, the streaming loop, checkpoints, the compliance check, the s
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a preemption signal while the imports below load is noted, not fatal
+    from common.run.early_signals import catch_from_now_on
+
+    catch_from_now_on()
+
 from typing import Sequence
 
-from common.run import lifecycle as run
-from common.config.gin_files import ConfigError
-from common.run.loop import LoopConfig, LoopResult
-from common.run.learning_rate import LinearWarmup
+from common import run
 from common.data.loader import StreamingLoader
+from common.run.loop import LoopResult
+from common.run.schedule import per_rank_batch
 from recommendation_v4.data.schema import DatasetError
 from recommendation_v4.data_setup import EvalPlan, YambdaData, prepare_data
 from recommendation_v4.parallel.embedding_init import init_sharded_embeddings
-from recommendation_v4.mllog_recipe import (
-    COMPLIANCE_RULES,
-    closed_rules_first_grid_point,
-    mllog_hyperparameters,
-    plan_schedule,
-)
+from recommendation_v4.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.run_config import DlrmConfigs
+from recommendation_v4.schedule import closed_rules_warning, dlrm_schedule
 from recommendation_v4.parallel.sharding import build_optimizer, describe_plan, shard_model
 from recommendation_v4.task import DlrmTask
 from recommendation_v4.parallel.train_pipeline import dlrm_task_class
@@ -37,10 +37,8 @@ from recommendation_v4.parallel.train_pipeline import dlrm_task_class
 def build(ctx: run.RunContext) -> run.TrainingPlan:
     c: DlrmConfigs = ctx.configs
     cfg, info = c.train, ctx.info
-    if cfg.global_batch_size % info.world_size:
-        raise ConfigError(
-            f"recommendation_v4.TrainConfig.global_batch_size={cfg.global_batch_size} does not split over {info.world_size} ranks"
-        )
+    local_batch = per_rank_batch(cfg.global_batch_size, info.world_size,
+                                 binding="recommendation_v4.TrainConfig.global_batch_size")  # before hours of data preparation
     mcfg = cfg.model()
 
     data: YambdaData = prepare_data(config=c.data, model_config=mcfg, info=info, seed=ctx.seed)
@@ -57,14 +55,10 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
                                 eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
     windows = data.train_windows(window_seconds=c.stream.window_seconds)
-    schedule = plan_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes())
-    ruled = closed_rules_first_grid_point(global_batch_size=cfg.global_batch_size,
-                                          eval_every_steps=schedule.eval_every_steps) if schedule.eval_every_steps else 0
-    if c.data.dataset == "yambda-5b" and schedule.first_eval_grid_point != ruled:
-        # days before the compliance check at the end would say so
-        ctx.say(f"[schedule] warning: the first evaluation is at grid point {schedule.first_eval_grid_point}; the closed "
-                f"rules put it at {ruled} for global batch size {cfg.global_batch_size} (bind "
-                f'recommendation_v4.StreamingConfig.first_eval_at_grid_point = "closed_rules")')
+    schedule = dlrm_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes(), local_batch_size=local_batch)
+    warning = closed_rules_warning(schedule, cfg=cfg) if c.data.dataset == "yambda-5b" else None
+    if warning is not None:
+        ctx.say(warning)
     evals = EvalPlan(data=data, windows=windows, mode=c.stream.eval_mode, batch_size=cfg.eval_batch_size,
                      max_samples=c.stream.next_window_max_samples)
     # worker processes build the eval batches while the model scores the previous ones
@@ -79,7 +73,7 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     task_class = dlrm_task_class(cfg.train_pipeline, info.device)  # DlrmTask or TorchRec's sparse-dist pipeline
     how = "TorchRec TrainPipelineSparseDist" if task_class is not DlrmTask else "plain loop"
     ctx.say(f"[pipeline] {how} (recommendation_v4.TrainConfig.train_pipeline = {cfg.train_pipeline!r} on {info.device.type})")
-    task = task_class(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=info.world_size,
+    task = task_class(dmp=dmp, model=model, optimizer=optimizer, device=info.device,
                       grad_clip_norm=cfg.grad_clip_norm, reshard_sparse_optimizer=c.sharding.sparse_optimizer_on_reshard,
                       eval_batches=lambda at: evals.iterate(eval_loader, at, first_window=schedule.windows[0]))
 
@@ -100,21 +94,14 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     return run.TrainingPlan(
         task=task,
         loader=train_loader,
-        windows=schedule.windows,
-        loop=LoopConfig(eval_every_steps=schedule.eval_every_steps, first_eval_step=schedule.first_eval_step,
-                        target_quality=cfg.target_auc, higher_is_better=True),
+        schedule=schedule,
         hyperparameters=mllog_hyperparameters(cfg=cfg, mcfg=mcfg, sparse=c.sparse, stream=c.stream, sharding=c.sharding,
                                               schedule=schedule,
                                               eval_samples=len(data.eval_indices), seed=ctx.seed,
                                               config_file=ctx.config_file),
-        lr_schedule=LinearWarmup(base_lr=cfg.learning_rate, warmup_steps=cfg.warmup_steps),
         dataset=c.data.dataset,
         reference_data=c.data.dataset == "yambda-5b" and c.data.test_day_max_samples == 0,
-        schedule_line=(f"[schedule] {len(schedule.windows)} windows {schedule.windows[0]}..{schedule.windows[-1]}, "
-                       f"{schedule.train_samples:,} train samples, eval every {schedule.eval_every_steps or '-'} steps "
-                       f"({c.stream.eval_mode})"),
         summarize=summarize,
-        eval_after_window=lambda key: c.stream.eval_at_window_end,
         closeables=[eval_loader],
     )
 

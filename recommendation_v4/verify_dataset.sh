@@ -2,6 +2,8 @@
 # Verify a Yambda dataset directory: raw files present, readable parquet with the Yambda
 # schema (recommendation_v4/data/schema.py), and optionally their SHA-256 checksums.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -35,15 +37,6 @@ if [[ -z "$dataset_dir" ]]; then
 fi
 python="${PYTHON:-python}"
 raw_dir="$dataset_dir/raw"
-
-run() {
-  if [[ $dry_run -eq 1 ]]; then
-    printf '%q ' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
 
 for name in multi_event.parquet album_item_mapping.parquet artist_item_mapping.parquet; do
   if [[ $dry_run -eq 0 && ! -f "$raw_dir/$name" ]]; then

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.collectives import run_on_rank0
 from common.distributed.setup import DistInfo
 from retinanet.data import layout

@@ -5,6 +5,8 @@
 # Needs internet access and `pip install fiftyone`. For a local synthetic stand-in use:
 #   python -m retinanet.data.synthetic --size small --seed 0 --out DIR
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -18,19 +20,16 @@ USAGE
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x "$root/.venv/bin/python" ]]; then python="$root/.venv/bin/python"; else python="python3"; fi
-fi
+python="$(repo_python "$root")"
 dataset_dir="${DATASET_DIR:-/datasets/open-images-v6-mlperf}"
 splits="train validation"
 dry_run=0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --dataset-dir) [[ $# -ge 2 ]] || { echo "error: --dataset-dir needs a value" >&2; exit 2; }; dataset_dir="$2"; shift 2 ;;
+    --dataset-dir) need_value "$@"; dataset_dir="$2"; shift 2 ;;
     --dataset-dir=*) dataset_dir="${1#*=}"; shift ;;
-    --splits) [[ $# -ge 2 ]] || { echo "error: --splits needs a value" >&2; exit 2; }; splits="$2"; shift 2 ;;
+    --splits) need_value "$@"; splits="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "error: unknown argument: $1" >&2; usage >&2; exit 2 ;;

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from common.distributed.collectives import object_from_rank0, objects_on_rank0
 from retinanet.data.coco_annotations import CategoryMap
 
 # Row layout handed to COCO.loadRes: image_id, x, y, w, h (original pixels), score, category_id.
@@ -102,13 +102,9 @@ class CocoDetectionEvaluator:
     def _gathered(self) -> tuple[np.ndarray, set[int]] | None:
         """All ranks' rows and image ids on rank 0 (None on other ranks)."""
         rows = np.concatenate(self._rows) if self._rows else np.zeros((0, _ROW_WIDTH))
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return rows, set(self._image_ids)
         # Only rank 0 scores, so only rank 0 receives (a full val pass is ~7M rows at 300 per image).
-        is_root = dist.get_rank() == 0
-        gathered: list[tuple[np.ndarray, list[int]]] | None = [None] * dist.get_world_size() if is_root else None
-        dist.gather_object((rows, sorted(self._image_ids)), gathered, dst=0)
-        if not is_root:
+        gathered = objects_on_rank0((rows, sorted(self._image_ids)))
+        if gathered is None:
             return None
         image_ids: set[int] = set()
         for _, ids in gathered:
@@ -151,10 +147,7 @@ class CocoDetectionEvaluator:
                 except (ValueError, KeyError) as error:
                     # Hand the failure to the other ranks too, so none of them waits forever.
                     outcome = f"{type(error).__name__}: {error}"
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                holder = [outcome]
-                dist.broadcast_object_list(holder, src=0)
-                outcome = holder[0]
+            outcome = object_from_rank0(outcome)
         if not isinstance(outcome, DetectionMetrics):
             raise ValueError(f"COCO evaluation failed on rank 0: {outcome}")
         return outcome

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from common.mlperf.compliance import RECIPE, TARGET, KnownRule
-from common.data.epochs import EpochSchedule
+from common.run.schedule import TrainingSchedule
 from retinanet.run_config import TrainConfig
 
 COMPLIANCE_RULES = (
@@ -13,13 +13,13 @@ COMPLIANCE_RULES = (
 )
 
 
-def mllog_hyperparameters(*, cfg: TrainConfig, schedule: EpochSchedule, eval_samples: int, seed: int) -> dict:
+def mllog_hyperparameters(*, cfg: TrainConfig, schedule: TrainingSchedule, eval_samples: int, seed: int) -> dict:
     """What the reference logs before RUN_START (the 5.1.0 closed retinanet rules check most of it)."""
     return {
-        "global_batch_size": cfg.global_batch_size,
+        "global_batch_size": schedule.global_batch_size,
         "gradient_accumulation_steps": 1,
         "seed": seed,
-        "train_samples": schedule.num_samples,
+        "train_samples": schedule.train_samples,
         "eval_samples": eval_samples,
         "optimizer": "adam",
         "learning_rate": cfg.learning_rate,

@@ -10,7 +10,7 @@ import dataclasses
 import gin
 import torch
 
-from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
+from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
 
@@ -52,12 +52,7 @@ class TrainConfig:
 
     def model(self) -> RetinaNetFlavor:
         """The flavor with its overrides applied."""
-        if self.flavor not in FLAVORS:
-            raise ConfigError(f"retinanet.TrainConfig.flavor={self.flavor!r} is not one of {sorted(FLAVORS)}")
-        try:
-            return dataclasses.replace(FLAVORS[self.flavor], **dict(self.model_overrides))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"retinanet.TrainConfig.model_overrides={self.model_overrides!r}: {err}") from err
+        return flavor_from(self, FLAVORS)
 
     def check_device(self, device: torch.device) -> None:
         """AMP and channels_last are GPU features here; on CPU they would only slow a run down or fail."""
@@ -104,7 +99,7 @@ class RetinaNetConfigs:
 
     @classmethod
     def read(cls) -> "RetinaNetConfigs":
-        configs = cls(TrainConfig(), DataConfig())
+        configs = cls(read(TrainConfig), read(DataConfig))
         flavor = configs.train.model()  # a bad flavor or override fails here
         # a weights file for a body without a torchvision counterpart, or a missing file, too
         check_backbone_weights(configs.backbone_weights_file, backbone=flavor.backbone,

@@ -9,8 +9,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 
-from common.distributed.collectives import all_reduce_mean
-from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from retinanet.data.batch import DetectionBatch
 from retinanet.data.transforms import normalize_imagenet
 from retinanet.evaluation import CocoDetectionEvaluator
@@ -41,7 +40,7 @@ class RetinaNetTask:
     module: RetinaNetDetector  # the unwrapped detector (evaluation, checkpoints)
     optimizer: torch.optim.Optimizer
     device: torch.device
-    global_batch_size: int
+    local_batch_size: int  # this rank's share of a step's batch
     evaluator: CocoDetectionEvaluator
     eval_batches: Callable[[EvalPoint], Iterable[tuple[int, DetectionBatch]]]  # (index, batch) of the evaluation at a point
     amp: str = ""  # "", "bf16" or "fp16"
@@ -87,7 +86,7 @@ class RetinaNetTask:
                 loss.backward()
                 self.optimizer.step()
         return StepOutput(
-            loss=all_reduce_mean(loss.detach().float()), samples=self.global_batch_size, sample_ids=batch.image_ids
+            loss=loss.detach().float(), samples=self.local_batch_size, sample_ids=batch.image_ids
         )
 
     @torch.no_grad()

@@ -11,18 +11,22 @@ checkpoints, the compliance check, the summary).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a preemption signal while the imports below load is noted, not fatal
+    from common.run.early_signals import catch_from_now_on
+
+    catch_from_now_on()
+
 from typing import Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from common.run import lifecycle as run
+from common import run
 from common.distributed.collectives import sum_over_ranks
-from common.config.gin_files import ConfigError
-from common.data.epochs import EpochSchedule
-from common.run.loop import EvalPoint, LoopConfig, LoopResult
-from common.run.learning_rate import FactorWarmup
 from common.data.loader import StreamingLoader
+from common.run.loop import LoopResult
+from common.run.task import EvalPoint
+from retinanet.data.coco_annotations import AnnotationFormatError
 from retinanet.data.dataset import BadImageError
 from retinanet.data_setup import DetectionData, MissingDatasetError, prepare_data
 from retinanet.evaluation import CocoDetectionEvaluator
@@ -30,6 +34,7 @@ from retinanet.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from retinanet.model.backbone import count_parameters
 from retinanet.model.detector import build_retinanet
 from retinanet.run_config import RetinaNetConfigs
+from retinanet.schedule import retinanet_schedule
 from retinanet.task import EmptyBatchError, RetinaNetTask
 
 
@@ -41,12 +46,8 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
 
     data: DetectionData = prepare_data(config=c.data, flavor=flavor, info=info, seed=ctx.seed)
     ctx.say(f"[data] {data.describe()}")
-    try:
-        schedule = EpochSchedule(num_samples=len(data.train), global_batch_size=cfg.global_batch_size,
-                                 world_size=info.world_size, epochs=cfg.epochs,
-                                 batches_per_window=c.data.batches_per_window, seed=ctx.seed)
-    except ValueError as err:
-        raise ConfigError(f"retinanet.TrainConfig / retinanet.DataConfig: {err}") from err
+    schedule = retinanet_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed)
+    epochs = schedule.epochs
 
     ctx.seed_shared()  # the same initial weights on every rank
     # every rank reads backbone_weights itself (identical files -> identical weights), before DDP and Adam
@@ -60,10 +61,8 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
                                     forward_sync_buffers=False)
     optimizer = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=cfg.learning_rate,
                                  betas=tuple(cfg.adam_betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
-    lr_schedule = FactorWarmup.from_epochs(base_lr=cfg.learning_rate, warmup_epochs=cfg.warmup_epochs,
-                                           warmup_factor=cfg.warmup_factor, steps_per_epoch=schedule.batches_per_epoch)
 
-    train_loader = StreamingLoader(source=data.train, build_window=lambda key: schedule.window_batches(key, rank=info.rank),
+    train_loader = StreamingLoader(source=data.train, build_window=lambda key: epochs.window_batches(key, rank=info.rank),
                                    num_workers=c.data.num_workers, seed=ctx.seed)
     my_eval_batches = data.eval_batches(rank=info.rank, world_size=info.world_size, batch_size=cfg.eval_batch_size)
     eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: my_eval_batches,
@@ -71,11 +70,11 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
 
     def eval_batches(at: EvalPoint):
         # keys are epochs; every one reads the same images, and the next evaluation's first batch is prefetched
-        epoch = schedule.epoch_position(at.window_key)["epoch_num"]
+        epoch = epochs.epoch_position(at.window_key)["epoch_num"]
         return eval_loader.iterate(epoch, next_key=epoch + 1 if epoch + 1 < cfg.epochs else None)
 
     task = RetinaNetTask(model=model, module=module, optimizer=optimizer, device=info.device,
-                         global_batch_size=cfg.global_batch_size,
+                         local_batch_size=schedule.local_batch_size,
                          evaluator=CocoDetectionEvaluator(data.validation.annotations_file, categories=data.categories),
                          eval_batches=eval_batches, amp=cfg.amp, channels_last=cfg.channels_last)
 
@@ -94,18 +93,11 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     return run.TrainingPlan(
         task=task,
         loader=train_loader,
-        windows=schedule.keys(),
-        loop=LoopConfig(target_quality=cfg.target_map, higher_is_better=True),
+        schedule=schedule,
         hyperparameters=mllog_hyperparameters(cfg=cfg, schedule=schedule, eval_samples=data.eval_image_count, seed=ctx.seed),
-        lr_schedule=lr_schedule,
         dataset=c.data.dataset,
         reference_data=c.data.dataset == "openimages-mlperf",
-        schedule_line=(f"[schedule] {cfg.epochs} epoch(s) x {schedule.batches_per_epoch} steps of {cfg.global_batch_size} "
-                       f"images in {schedule.windows_per_epoch} window(s) per epoch; warm-up {lr_schedule.warmup_steps} "
-                       f"steps from {cfg.warmup_factor:g} x lr {cfg.learning_rate:g}; evaluation after every epoch"),
         summarize=summarize,
-        eval_after_window=schedule.ends_epoch,
-        mllog_position=lambda p: schedule.epoch_position(p.window_key),
         evaluate_untrained=cfg.eval_before_training,
         closeables=[eval_loader],
     )
@@ -118,7 +110,7 @@ BENCHMARK = run.Benchmark(
     reference_config="reference.gin",
     read_configs=RetinaNetConfigs.read,
     build=build,
-    data_errors=(BadImageError, EmptyBatchError, MissingDatasetError),
+    data_errors=(AnnotationFormatError, BadImageError, EmptyBatchError, MissingDatasetError),
     rules=COMPLIANCE_RULES,
 )
 

@@ -2,6 +2,8 @@
 # Verifies an OpenImages-MLPerf directory: labels json present and valid, image and class counts
 # (the reference subset's by default), every listed file present, a sample of files decodable.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/dataset_scripts.sh"
 
 usage() {
   cat <<USAGE
@@ -19,10 +21,7 @@ USAGE
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x "$root/.venv/bin/python" ]]; then python="$root/.venv/bin/python"; else python="python3"; fi
-fi
+python="$(repo_python "$root")"
 dataset_dir="${DATASET_DIR:-/datasets/open-images-v6-mlperf}"
 expect_train=1170301
 expect_validation=24781
@@ -30,7 +29,6 @@ expect_classes=264
 decode_sample=200
 dry_run=0
 
-need_value() { [[ $# -ge 2 ]] || { echo "error: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dataset-dir) need_value "$@"; dataset_dir="$2"; shift 2 ;;

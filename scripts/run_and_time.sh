@@ -7,8 +7,10 @@
 # (gin file), SEED, NPROC_PER_NODE (default: the visible GPUs, else 1), GIN_BINDINGS (extra
 # bindings, one per line), plus the per-launch macros of common/config/gin_files.py (MLPERF_DATA_ROOT,
 # MLPERF_OUTPUT_ROOT, RUN_NAME, CKPT_PATH). Under srun (SLURM_PROCID set) every task is one
-# rank and runs the trainer directly; otherwise torchrun starts the ranks (one process: no
-# launcher, so the trainer's exit status, e.g. 2 for a config error, comes through).
+# rank and runs the trainer directly; otherwise the project's launcher (torchrun's agent, which
+# passes SIGUSR1 on to the ranks and exits with the ranks' status) starts them; one process needs
+# no launcher. Either way the trainer's exit status (0 also after a preemption save, 2 config,
+# 3 data, ...) comes through.
 set -euo pipefail
 
 package="${1:?usage: run_and_time.sh <package> <mlperf name> <default gin file>}"
@@ -34,7 +36,7 @@ else
   nproc="${NPROC_PER_NODE:-$(( gpus > 0 ? gpus : 1 ))}"
 fi
 if [[ "$nproc" -gt 1 ]]; then
-  launch=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$nproc" -m "$package.train")
+  launch=("$python" -m common.distributed.launch --standalone "--nproc_per_node=$nproc" -m "$package.train")
 else
   launch=("$python" -m "$package.train")
 fi

@@ -7,8 +7,10 @@ arbitrary code (tensor payloads are read by DCP with ``torch.load(weights_only=T
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import pickle
 import zlib
 from pathlib import Path
@@ -98,3 +100,48 @@ class SafeFileSystemReader(FileSystemReader):
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+_STORAGE_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+_LOW_SPACE_BYTES = 16 << 20
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """`error`, what it was raised from, and the per-rank failures DCP collects, each once."""
+    seen: list[BaseException] = []
+    stack = [error]
+    while stack:
+        current = stack.pop()
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        stack += [current.__cause__, current.__context__]
+        failures = getattr(current, "failures", None)  # torch.distributed.checkpoint's CheckpointException
+        if isinstance(failures, dict):
+            stack += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+    return seen
+
+
+def storage_failure(error: BaseException, directory: Path) -> str:
+    """Why a write under `directory` failed, in a few words a user can act on.
+
+    torch's zip writer reports a full disk as `unexpected pos`, so the file system is asked too."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
+            return _STORAGE_ERRNOS[cause.errno]
+    try:
+        free = shutil.disk_usage(directory if directory.exists() else directory.parent).free
+    except OSError:
+        free = None
+    if free is not None and free < _LOW_SPACE_BYTES:
+        return f"no space left on device ({free:,} bytes free)"
+    if directory.exists() and not os.access(directory, os.W_OK):
+        return "the directory is not writable"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")

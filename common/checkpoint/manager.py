@@ -1,48 +1,10 @@
-"""Atomic, sharded, resumable checkpoints shared by every trainer.
+"""Atomic, sharded, resumable checkpoints shared by every trainer (details: README.md beside this file).
 
-    manager = CheckpointManager.from_policy(policy)          # None when policy.path == ""
-    app_state = {
-        "model": dmp.state_dict(),                           # dense + sharded embeddings
-        "sparse_optim": dmp.fused_optimizer.state_dict(),    # fused RowWiseAdagrad state
-        "dense_optim": dense_adam,                           # any state_dict()/load_state_dict() object
-        "metrics": RankLocal({"loss_sum": t}),               # tensors that differ per rank
-    }
-    manager.save("step_00001000", app_state=app_state, metadata=progress.to_json())
-    metadata = manager.load_latest(app_state)                # None on a cold start
-
-Every rank calls ``save`` and ``load_latest`` together (world size 1 needs no process
-group). On disk, ``<root>/<name>/`` holds:
-
-    .metadata, __<rank>_<n>.distcp   torch.distributed.checkpoint, tensors only
-    rank<NNNNN>.json                 that rank's RNG states (global generators and named
-                                     streams) and app_state layout
-    metadata.json                    the caller's metadata (JSON)
-    COMPLETE.json                    written last: sequence number, world size, file
-                                     sizes (and CRC32s with verify_checksums)
-
-A save writes into ``<name>.tmp/``; rank 0 renames it once ``COMPLETE.json`` is on disk,
-so a crash never leaves a complete-looking directory. The next save sweeps stale
-``*.tmp`` directories and only the newest ``keep_last_n`` complete checkpoints are kept.
-The root must be a filesystem every rank sees (multi-node: a shared one).
-
-``load_latest`` tries complete checkpoints newest first. One that fails on any rank
-(size mismatch from truncation, unreadable JSON or DCP metadata, a DCP read error, a
-structure mismatch, a CRC mismatch with ``verify_checksums``) is reported with a
-``CheckpointFallbackWarning`` naming its path and the previous one is tried; the ranks
-agree through all_reduce, so they always end on the same checkpoint and nobody hangs.
-When checkpoints exist but none loads, ``CheckpointLoadError`` is raised rather than
-silently starting over. Loading restores every rank's RNG states.
-
-Without ``verify_checksums`` a flipped bit inside a tensor payload goes unnoticed (DCP
-checks no CRC); with it every rank CRCs the files it wrote at save time and the ranks
-share the verification at load time, which reads the checkpoint once more.
-
-``load_latest(app_state, adapt=fn)`` lets a benchmark look at each candidate before DCP
-loads it: ``fn(path, dcp_metadata, app_state)`` (called on every rank together, so it may
-use collectives) returns an ``AdaptedLoad`` (the app_state to load, possibly reshaped for
-the saved layout, and what to run once it has loaded) or raises ``ConfigError`` when this
-run's configuration cannot take the checkpoint. That error ends the load on every rank
-instead of falling back: an older checkpoint of the same run would not fit either.
+- `save(name, app_state=..., metadata=...)` and `load_latest(app_state)` are called by every rank
+  together; a save is written to `<name>.tmp/` and renamed only once `COMPLETE.json` is on disk.
+- `load_latest` falls back, newest first, past any checkpoint that fails on any rank (one warning
+  line each); none loading is a `CheckpointLoadError`, never a silent fresh start.
+- Every rank's RNG states are restored; `adapt=` lets a benchmark check or convert a candidate.
 """
 
 from __future__ import annotations
@@ -69,25 +31,13 @@ from common.checkpoint.files import (
     fsync_dir,
     read_dcp_metadata,
     read_json,
+    storage_failure,
     write_json,
 )
-from common.checkpoint.policy import CheckpointPolicy, CheckpointReason, checkpoint_reason
-from common.checkpoint.progress import TrainingProgress
-from common.checkpoint.payload import LoadPlan, RankLocal, encode_app_state, plan_load
-from common.distributed.collectives import all_ranks_true, strings_from_rank0, value_from_rank0, world_rank, world_size
+from common.checkpoint.payload import LoadPlan, encode_app_state, plan_load
+from common.checkpoint.policy import CheckpointPolicy
 from common.checkpoint.rng_state import capture_generator, capture_rng_state, restore_generator, restore_rng_state
-
-__all__ = [
-    "AdaptedLoad",
-    "CheckpointFallbackWarning",
-    "CheckpointLoadError",
-    "CheckpointManager",
-    "CheckpointPolicy",
-    "CheckpointReason",
-    "RankLocal",
-    "TrainingProgress",
-    "checkpoint_reason",
-]
+from common.distributed.collectives import all_ranks_true, strings_from_rank0, value_from_rank0, world_rank, world_size
 
 FORMAT_VERSION = 1
 MARKER_FILE = "COMPLETE.json"
@@ -128,6 +78,11 @@ LoadAdapter = Callable[[Path, Metadata, Mapping[str, Any]], AdaptedLoad]
 
 class CheckpointLoadError(RuntimeError):
     """Checkpoints exist under the root but none of them could be loaded."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, a read-only or unwritable directory): raised on
+    every rank with one line saying why; the incomplete directory is removed, older checkpoints stay."""
 
 
 class CheckpointFallbackWarning(UserWarning):
@@ -254,39 +209,54 @@ class CheckpointManager:
                 error = (TypeError if isinstance(caught, TypeError) else ValueError)(f"checkpoint {name}: {caught}")
             _agree_or_raise(error, f"checkpoint {name}: encoding app_state / metadata")
 
-            if rank == 0:
-                try:
-                    self.root.mkdir(parents=True, exist_ok=True)
-                    self._sweep_tmp()
-                    tmp_dir.mkdir()
-                except Exception as caught:  # noqa: BLE001 - reported on every rank below
-                    error = caught
-            _agree_or_raise(error, f"checkpoint {name}: preparing {tmp_dir}")
-
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
-                dcp.save(tensors, storage_writer=FileSystemWriter(tmp_dir))  # raises on every rank
-
             try:
-                streams = {key: capture_generator(g) for key, g in (generators or {}).items()}
-                write_json(
-                    tmp_dir / rank_file_name(rank), {"rng": capture_rng_state(), "generators": streams, "layout": layout}
-                )
-                if self.verify_checksums:
-                    self._write_own_checksums(tmp_dir, rank)
-            except Exception as caught:  # noqa: BLE001 - reported on every rank below
-                error = caught
-            _agree_or_raise(error, f"checkpoint {name}: writing rank files")
-
-            if rank == 0:
-                try:
-                    self._finalize(name, tmp_dir, metadata_json)
-                except Exception as caught:  # noqa: BLE001 - reported on every rank below
-                    error = caught
-            _agree_or_raise(error, f"checkpoint {name}: finalizing")
+                self._write(name, tmp_dir, tensors=tensors, layout=layout, metadata_json=metadata_json,
+                            generators=generators)
+            except (Exception, CheckpointException) as caught:  # noqa: BLE001 - DCP's is a BaseException
+                if rank == 0:
+                    shutil.rmtree(tmp_dir, ignore_errors=True)  # what it holds is incomplete; the space is needed
+                raise CheckpointWriteError(
+                    f"checkpoint {name} could not be written under {self.root}: {storage_failure(caught, self.root)}; "
+                    "the checkpoints before it are complete and a relaunch resumes from the newest") from caught
         if rank == 0:
             logger.info("saved checkpoint %s in %.2f s", self.root / name, time.perf_counter() - started)
         return self.root / name
+
+    def _write(self, name: str, tmp_dir: Path, *, tensors: dict[str, torch.Tensor], layout: Any,
+               metadata_json: Any, generators: Mapping[str, torch.Generator] | None) -> None:
+        """The writing phases of `save`; a failure on any rank is raised on every rank."""
+        rank = world_rank()
+        error: Optional[BaseException] = None
+        if rank == 0:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._sweep_tmp()
+                tmp_dir.mkdir()
+            except Exception as caught:  # noqa: BLE001 - reported on every rank below
+                error = caught
+        _agree_or_raise(error, f"checkpoint {name}: preparing {tmp_dir}")
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
+            dcp.save(tensors, storage_writer=FileSystemWriter(tmp_dir))  # raises on every rank
+
+        try:
+            streams = {key: capture_generator(g) for key, g in (generators or {}).items()}
+            write_json(
+                tmp_dir / rank_file_name(rank), {"rng": capture_rng_state(), "generators": streams, "layout": layout}
+            )
+            if self.verify_checksums:
+                self._write_own_checksums(tmp_dir, rank)
+        except Exception as caught:  # noqa: BLE001 - reported on every rank below
+            error = caught
+        _agree_or_raise(error, f"checkpoint {name}: writing rank files")
+
+        if rank == 0:
+            try:
+                self._finalize(name, tmp_dir, metadata_json)
+            except Exception as caught:  # noqa: BLE001 - reported on every rank below
+                error = caught
+        _agree_or_raise(error, f"checkpoint {name}: finalizing")
 
     def _sweep_tmp(self) -> None:
         for child in self.root.iterdir():

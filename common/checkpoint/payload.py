@@ -1,25 +1,9 @@
-"""How an ``app_state`` is split into DCP tensors and a JSON layout, and put back.
+"""How an `app_state` becomes DCP tensors plus a JSON layout, and back (README.md beside this file).
 
-``torch.distributed.checkpoint`` stores every non-tensor leaf (a learning rate, Adam's
-``betas``, a param-id list) as a pickle and reads it back with
-``torch.load(weights_only=False)``. To keep loading free of arbitrary unpickling, the
-manager hands DCP a *flat* dict that holds tensors only (plain, ShardedTensor, DTensor),
-and records everything else, plus the nesting (dict / list / tuple, int or str keys), in a
-per-rank JSON layout (DCP's own ``.metadata`` is read safely, see ``checkpoint_io``).
-
-Two kinds of ``app_state`` entries:
-
-* a nested dict (``dmp.state_dict()``, ``fused_optimizer.state_dict()``, metric tensors):
-  loaded *in place* into the tensors the caller passes, non-tensor leaves written back
-  into the caller's dict; every tensor the caller passes must be in the checkpoint, and
-  saved tensors the caller does not pass are left out with a warning.
-* an object with ``state_dict()`` / ``load_state_dict()`` (``torch.optim.Adam``, an LR
-  scheduler): the checkpoint defines its contents. Tensors the live object does not have
-  yet (a fresh Adam has no ``exp_avg``) are allocated from the checkpoint's metadata,
-  then ``load_state_dict`` receives the exact saved structure, bit for bit.
-
-Wrap an entry in ``RankLocal`` when its tensors differ per rank (per-rank metric
-accumulators): DCP would otherwise keep one rank's copy of a plain tensor for everybody.
+- DCP receives tensors only; every other leaf and the nesting go into a per-rank JSON layout, so
+  loading never unpickles arbitrary objects.
+- Nested dicts load in place; objects with `state_dict()` get back their exact saved structure.
+- `RankLocal` marks an entry whose tensors differ per rank.
 """
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ checkpointing is off unless a path is configured.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import gin
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError, require, require_bool, require_int, require_number
 
 
 class CheckpointReason(str, enum.Enum):
@@ -40,26 +40,14 @@ class CheckpointPolicy:
     every_seconds: float = 0.0
     at_window_end: bool = False
     keep_last_n: int = 2
-    verify_checksums: bool = False
+    verify_checksums: bool = True  # CRC32s at save, checked at load: measured +0.06-0.5 s per 192 MiB saved here
 
     def __post_init__(self) -> None:
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if field.name == "path":
-                if not isinstance(value, str):
-                    raise TypeError(f"CheckpointPolicy.path must be a str, got {value!r}")
-            elif field.name in ("at_window_end", "verify_checksums"):
-                if not isinstance(value, bool):
-                    raise TypeError(f"CheckpointPolicy.{field.name} must be a bool, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(
-                    f"CheckpointPolicy.{field.name} must be a number >= 0, got {value!r}"
-                )
-        if self.keep_last_n < 1:
-            raise ValueError(f"CheckpointPolicy.keep_last_n must be >= 1, got {self.keep_last_n}")
-        for name in ("every_n_batches_in_window", "every_n_steps", "keep_last_n"):
-            if int(getattr(self, name)) != getattr(self, name):
-                raise ValueError(f"CheckpointPolicy.{name} must be an integer, got {getattr(self, name)!r}")
+        require(self, "path", isinstance(self.path, str), 'a directory path or ""')
+        require_int(self, "every_n_batches_in_window", "every_n_steps", minimum=0)
+        require_int(self, "keep_last_n", minimum=1)
+        require_number(self, "every_seconds", minimum=0.0)
+        require_bool(self, "at_window_end", "verify_checksums")
 
     @property
     def enabled(self) -> bool:
@@ -105,9 +93,9 @@ def checkpoint_reason(
 
 
 # Gin's handle on the policy (`common.CheckpointPolicy.every_n_steps = ...`). The plain class
-# stays free of gin so tests and tools can build policies without a config in scope; trainers
-# read the configured one through `configured_checkpoint_policy` only.
-_GinCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")
+# stays free of gin so tests and tools can build policies without a config in scope; the run reads
+# the configured one with `read(GinCheckpointPolicy, name=...)` (common.run.settings.CommonConfigs).
+GinCheckpointPolicy = gin.external_configurable(CheckpointPolicy, name="CheckpointPolicy", module="common")
 
 
 def _path_is_bound() -> bool:
@@ -118,16 +106,12 @@ def _path_is_bound() -> bool:
     return True
 
 
-def configured_checkpoint_policy(*, env_ckpt_path: str) -> CheckpointPolicy:
-    """The gin-configured policy; its path is $CKPT_PATH unless a binding names one.
+def with_environment_path(policy: CheckpointPolicy, *, env_ckpt_path: str) -> CheckpointPolicy:
+    """The configured policy with its path from $CKPT_PATH unless a binding names one.
 
     A binding that names a different path than a set $CKPT_PATH is an error, not a silent
     choice: a user who exports CKPT_PATH expects the run to checkpoint there.
     """
-    try:
-        policy = _GinCheckpointPolicy()
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"common.{error}" if str(error).startswith("CheckpointPolicy") else f"common.CheckpointPolicy: {error}") from error
     if not _path_is_bound():
         return replace(policy, path=env_ckpt_path)
     if env_ckpt_path and policy.path != env_ckpt_path:

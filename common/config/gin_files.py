@@ -1,10 +1,8 @@
-"""Gin configuration: files + command-line bindings + a few per-launch environment macros.
+"""Gin files + command-line bindings + a few per-launch environment macros, parsed in that order.
 
-The naming convention: every configurable is a frozen dataclass registered under its package,
-`<package>.<Name>` (`common.RunConfig`, `common.CheckpointPolicy`, `recommendation_v4.TrainConfig`,
-`retinanet.DataConfig`, ...), and gin files spell bindings that way. Each config checks its own
-fields when it is built and raises `ConfigError` with one line that names the binding
-(`config_checks` below), which the trainer reports with exit status 2.
+It imports none of the configurables it parses: whoever loads a trainer's files imports them
+first (`common.run.settings` registers the common ones, each benchmark its own), so gin knows
+every `<package>.<Name>` a file binds. The checks each config runs are in `common.config.checks`.
 
 Per-launch facts (where data lives, where runs go, the run name, the seed, a checkpoint path)
 come from the environment through gin macros that every config can reference as `%NAME`:
@@ -24,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
 import gin
 
+from common.config.checks import ConfigError
 from common.config.paths import DEFAULT_DATA_ROOT, DEFAULT_OUTPUT_ROOT
 
 # name of the gin macro -> (environment variable, default, type)
@@ -41,58 +41,11 @@ ENV_MACROS: dict[str, tuple[str, object, type]] = {
 }
 
 
-class ConfigError(ValueError):
-    """A gin file or binding could not be used; the message names which one and why."""
-
-
-def binding_name(config: object, field: str) -> str:
-    """`<package>.<Class>.<field>`, the way a gin file binds this field."""
-    cls = type(config)
-    return f"{cls.__module__.split('.')[0]}.{cls.__name__}.{field}"
-
-
-def require(config: object, field: str, ok: bool, must: str) -> None:
-    """Raises ConfigError `<binding> must be <must>, got <value>` unless `ok`."""
-    if not ok:
-        raise ConfigError(f"{binding_name(config, field)} must be {must}, got {getattr(config, field)!r}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def require_int(config: object, *fields: str, minimum: int) -> None:
-    for field in fields:
-        value = getattr(config, field)
-        require(config, field, _is_int(value) and value >= minimum, f"an int >= {minimum}")
-
-
-def require_number(config: object, *fields: str, minimum: float, strictly: bool = False) -> None:
-    for field in fields:
-        value = getattr(config, field)
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = number and (value > minimum if strictly else value >= minimum)
-        require(config, field, ok, f"a number {'>' if strictly else '>='} {minimum}")
-
-
-def require_choice(config: object, field: str, choices: Sequence[object]) -> None:
-    require(config, field, getattr(config, field) in choices, f"one of {list(choices)}")
-
-
 @dataclasses.dataclass(frozen=True)
 class LoadedConfig:
     files: tuple[Path, ...]
     bindings: tuple[str, ...]
     env_macros: dict[str, object]
-
-    @property
-    def primary_name(self) -> str:
-        return self.files[0].stem if self.files else "default"
-
-
-def env_macro_values(default_run_name: str) -> dict[str, object]:
-    """The per-launch macro values from the environment (defaults where a variable is unset)."""
-    return _env_macro_values(default_run_name)
 
 
 def _env_macro_values(default_run_name: str) -> dict[str, object]:
@@ -115,11 +68,6 @@ def load_gin(gin_files: Sequence[str | Path], bindings: Sequence[str] = ()) -> L
     Fails with a ConfigError naming the file or binding when a file is missing, a binding
     refers to an unknown configurable or parameter, or the syntax is wrong.
     """
-    # every trainer's files bind the common configurables: register them before parsing
-    import common.checkpoint.policy  # noqa: F401
-    import common.run.settings  # noqa: F401
-    import common.tracing  # noqa: F401  (common.TraceConfig)
-
     files = tuple(Path(f) for f in gin_files)
     for path in files:
         if not path.is_file():
@@ -144,7 +92,31 @@ def load_gin(gin_files: Sequence[str | Path], bindings: Sequence[str] = ()) -> L
                 raise ConfigError(f"bad --gin_bindings {binding!r}: {err}") from err
     finally:
         gin.exit_interactive_mode()
+    _check_macros_defined()
     return LoadedConfig(files=files, bindings=tuple(bindings), env_macros=macros)
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_MACRO_REFERENCE = re.compile(r"%([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def _check_macros_defined() -> None:
+    """A `%NAME` that nothing defines is a ConfigError naming it and the binding that uses it.
+
+    gin itself only notices when the configurable is called, with a TypeError about `macro()`."""
+    binding = ""
+    for line in gin.config_str().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        value = line
+        if not line[0].isspace() and " = " in line:  # a binding's first line; a long value continues indented
+            binding, _, value = line.partition(" = ")
+        for name in _MACRO_REFERENCE.findall(_QUOTED.sub("", value)):
+            try:
+                gin.query_parameter(f"{name}/gin.macro.value")
+            except ValueError:
+                raise ConfigError(f"unknown gin macro %{name}, used by {binding}; the per-launch macros are "
+                                  f"{', '.join('%' + m for m in ENV_MACROS)}") from None
 
 
 def write_config_snapshot(run_dir: Path, *, operative: bool) -> Path:

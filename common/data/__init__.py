@@ -1,1 +1,1 @@
-"""common/data: moved here from the flat layout."""
+"""Data loading every trainer shares: the window loader, epochs, time windows, the batch arena."""

@@ -1,29 +1,12 @@
 """Batch tensors carved out of a few reused slabs, so loading a batch costs its copies, not its memory.
 
-Measured on the 2-core development machine: writing 156 MB (a DLRM-HSTU batch of 1024 samples
-at history 4096) into fresh shared memory takes 159 ms, into fresh private memory 106 ms, into
-memory written before 18 ms: the rest is the kernel mapping and zeroing new pages. A loader
-worker also sent every tensor of a batch in its own shared-memory segment (a file, a mapping and
-a passed descriptor each), which for RetinaNet's boxes and labels is dozens per batch.
-
-So each thread that builds batches keeps a small pool of slabs (one contiguous uint8 buffer
-each; in shared memory inside a DataLoader worker). A data source allocates a batch's tensors
-with `batch_empty` between `open_batch`/`close_batch`, and they become views into one slab: a
-worker ships one storage per batch, and after the first round the trainer maps nothing new.
-
-A slab is reused only when nobody holds a view of it any more:
-- in the process that owns it, its storage's reference count must be back to the pool's own;
-- across processes, a flag in the slab's first bytes says the consumer released it:
-  `SlabRegistry` (the trainer's side, see common.data.loader) keeps the received slabs, and when
-  the last view of one dies it marks the slab free for its worker, but only once it has received
-  the batch the slab holds now (each batch's serial is written beside the flag): a batch still
-  on its way through the pipe keeps its slab.
-A slab still in use is never written: the pool takes another, or a fresh one outside the pool.
-Everything keeps working (allocating fresh memory, as before) where torch's reference count is
-not available.
-
-Consequence for consumers: a batch's tensors share one buffer, so a tensor kept beyond the step
-(e.g. evaluation labels collected over an evaluation) keeps the whole slab alive; clone it.
+- A data source allocates a batch's tensors with `batch_empty` inside `batch_slab()`; they become
+  views into one slab (shared memory in a loader worker), so a worker ships one buffer per batch.
+- A slab is reused only once nobody holds a view of it (its reference count, and across processes
+  a flag `SlabRegistry` sets when the trainer lets go); otherwise a fresh one is taken.
+- `MLPERF_LOADER_PRIVATE_TORCH_APIS=0` (read by `private_torch_apis`) keeps to public torch: no
+  slab is pooled, every batch gets fresh memory. Measurements and details: README.md beside this file.
+- A tensor kept beyond its step keeps its whole slab alive: clone it.
 """
 
 from __future__ import annotations
@@ -31,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -45,8 +29,33 @@ POOL_SLABS = 6  # per thread; a worker has at most prefetch_factor batches in fl
 _GROWTH = 1.25  # a slab that was too small comes back this much larger than the batch that needed it
 
 
+PRIVATE_TORCH_APIS_ENV = "MLPERF_LOADER_PRIVATE_TORCH_APIS"
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def private_torch_apis() -> bool:
+    """Whether the loader may use torch's private APIs: $MLPERF_LOADER_PRIVATE_TORCH_APIS, on unless 0/off.
+
+    Read on every call rather than at import, so that a worker decides as its trainer does and a
+    test can switch it with the environment alone. A value that is neither on nor off is an
+    error: a mistyped escape hatch must not silently leave the private path on.
+    """
+    raw = os.environ.get(PRIVATE_TORCH_APIS_ENV, "")
+    value = raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(f"{PRIVATE_TORCH_APIS_ENV}={raw!r}: expected 1 (the default) or 0")
+
+
+def _use_counter() -> Callable[[int], int] | None:
+    """torch's storage reference count, or None where it cannot be known (API missing or switched off)."""
+    return getattr(torch._C, "_storage_Use_Count", None) if private_torch_apis() else None
+
+
 def _use_count(tensor: torch.Tensor) -> int | None:
-    counter = getattr(torch._C, "_storage_Use_Count", None)
+    counter = _use_counter()
     if counter is None:
         return None
     storage = tensor.untyped_storage()
@@ -105,6 +114,8 @@ class _Arena:
         tensor = _new_slab(nbytes, shared=self.shared)
         _state(tensor)[0] = _FREE
         slab = _Slab(tensor=tensor, base_count=_use_count(tensor))
+        if slab.base_count is None:
+            return tensor  # never known free, so never reusable: pooling it would only pin its memory
         if len(self.slabs) < POOL_SLABS:
             self.slabs.append(slab)
         else:  # all busy or too small: replace the smallest free one, else hand this one out unpooled
@@ -220,7 +231,9 @@ class SlabRegistry:
         self._held: dict[int, tuple[torch.Tensor, int]] = {}
 
     def receive(self, slab: torch.Tensor | None, serial: int) -> None:
-        if slab is not None:
+        # without a use count no slab is ever freed for reuse, and holding it would keep every
+        # batch's memory mapped for good
+        if slab is not None and _use_counter() is not None:
             key = slab.untyped_storage().data_ptr()
             held = self._held.pop(key, (slab, serial))[0]
             self._held[key] = (held, serial)

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from common.data.loader import rank_share
+from common.data.index import local_batch_size, rank_share
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +46,7 @@ class EpochSchedule:
             raise ValueError(f"rank_slices must be 'batch' or 'window', got {self.rank_slices!r}")
         if self.world_size < 1 or self.epochs < 1:
             raise ValueError(f"world_size and epochs must be >= 1, got {self.world_size} and {self.epochs}")
-        if self.global_batch_size < 1 or self.global_batch_size % self.world_size:
-            raise ValueError(
-                f"global batch size {self.global_batch_size} does not split evenly over {self.world_size} ranks"
-            )
+        local_batch_size(self.global_batch_size, self.world_size)
         if self.num_samples < self.global_batch_size:
             raise ValueError(f"{self.num_samples} train samples do not fill one global batch of {self.global_batch_size}")
         if self.batches_per_window < 0:
@@ -61,7 +58,7 @@ class EpochSchedule:
 
     @property
     def local_batch_size(self) -> int:
-        return self.global_batch_size // self.world_size
+        return local_batch_size(self.global_batch_size, self.world_size)
 
     @property
     def window_batches_count(self) -> int:
@@ -71,10 +68,6 @@ class EpochSchedule:
     @property
     def windows_per_epoch(self) -> int:
         return math.ceil(self.batches_per_epoch / self.window_batches_count)
-
-    @property
-    def total_steps(self) -> int:
-        return self.batches_per_epoch * self.epochs
 
     def window_key(self, *, epoch: int, block: int) -> int:
         if not 0 <= block < self.windows_per_epoch:

@@ -1,14 +1,19 @@
 """Streaming data in windows: a time slice (DLRM), or a block of files (images, Flux latents).
 
-The pieces, each usable alone (time windows over timestamps are `common.data.time_windows`):
+`StreamingLoader` iterates one window after another through ONE DataLoader whose workers persist
+across windows, and prepares the next window (its index and its first batch) on a background
+thread while the current one trains, so the turnover costs a few ms. Which samples a window's
+batches hold is index maths (`common.data.index`); time windows over timestamps are
+`common.data.time_windows`, epochs `common.data.epochs`.
 
-- `window_batches`: a window's samples, shuffled (seeded by run seed and window), cut into
-  global batches, and this rank's contiguous share of each.
-- `StreamingLoader`: iterates one window after another through ONE DataLoader whose workers
-  persist across windows, and prepares the next window (its index and its first batch) on a
-  background thread while the current one trains, so the turnover costs a few ms.
-
-`eval_step_interval` is the MLPerf eval grid: every ceil(pct * train_samples / GBS) steps.
+`StreamingLoader.close` stops the persistent workers with the DataLoader iterator's private
+`_shutdown_workers`: at once, whatever else still refers to the iterator. With
+`MLPERF_LOADER_PRIVATE_TORCH_APIS=0` in the environment (read by
+`common.data.batch_arena.private_torch_apis`, which switches the batch arena's private API off
+too) it keeps to public behaviour: it closes the windows it handed out that are still open and
+drops the DataLoader, and the iterator, freed, shuts its workers down itself. Only a window's
+frame kept alive elsewhere (in an exception's traceback) holds them up longer, until it goes;
+torch's exit hook stops them at the latest.
 """
 
 from __future__ import annotations
@@ -17,62 +22,24 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import io
-import math
 import pickle
 import signal
 import threading
 import time
+import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 
-from common.data.batch_arena import SlabRegistry, batch_slab
+from common.data.batch_arena import SlabRegistry, batch_slab, private_torch_apis
 from common.load_profile.reads import BatchReads, recording
 
 
 
 class BatchSource(Protocol):
     def get_batch(self, indices: np.ndarray) -> Any: ...
-
-
-def rank_share(global_batch: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:
-    """Rank `rank`'s contiguous share of a global batch; every rank gets the same number of samples.
-
-    Contiguous shares keep a 1-rank run and an N-rank run on the same samples per step (the
-    union of the shares is the global batch, in order), which the equivalence tests rely on.
-    """
-    n = len(global_batch)
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside world size {world_size}")
-    if n % world_size:
-        raise ValueError(f"a global batch of {n} samples does not split evenly over {world_size} ranks")
-    share = n // world_size
-    return np.asarray(global_batch[rank * share : (rank + 1) * share])
-
-
-def window_batches(
-    indices: np.ndarray, *, global_batch_size: int, rank: int, world_size: int, seed: int, key: int, shuffle: bool = True
-) -> list[np.ndarray]:
-    """This rank's share of each global batch of a window (a tail short of a batch is dropped)."""
-    if global_batch_size % world_size:
-        raise ValueError(f"global batch {global_batch_size} does not split evenly over {world_size} ranks")
-    order = np.asarray(indices, dtype=np.int64)
-    if shuffle:
-        order = order[np.random.default_rng([seed, key]).permutation(order.size)]
-    num = order.size // global_batch_size
-    return [
-        rank_share(order[b * global_batch_size : (b + 1) * global_batch_size], rank=rank, world_size=world_size)
-        for b in range(num)
-    ]
-
-
-def eval_step_interval(*, eval_every_data_pct: float, train_samples: int, global_batch_size: int) -> int:
-    """Steps between evaluations, as the MLPerf rules compute it."""
-    if not 0 < eval_every_data_pct <= 1:
-        raise ValueError(f"eval_every_data_pct must be in (0, 1], got {eval_every_data_pct}")
-    return max(1, math.ceil(eval_every_data_pct * train_samples / global_batch_size))
 
 
 class _SwitchableBatches(torch.utils.data.Sampler):
@@ -264,6 +231,8 @@ class StreamingLoader:
             generator=torch.Generator().manual_seed(seed),
             worker_init_fn=_ignore_preemption_signals if num_workers > 0 else None,
         )
+        # the windows handed out and not finished: each may hold the workers' iterator (see close)
+        self._windows: weakref.WeakSet = weakref.WeakSet()
         self._slabs = SlabRegistry()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-prefetch")
         self._pending: dict[tuple[int, int], concurrent.futures.Future] = {}
@@ -302,6 +271,11 @@ class StreamingLoader:
         return future.result()
 
     def iterate(self, key: int, *, skip: int = 0, next_key: int | None = None) -> Iterator[tuple[int, Any]]:
+        window = self._iterate(key, skip=skip, next_key=next_key)
+        self._windows.add(window)
+        return window
+
+    def _iterate(self, key: int, *, skip: int, next_key: int | None) -> Iterator[tuple[int, Any]]:
         t0 = time.perf_counter()
         prepared = self._take(key, skip)
         self.window_sizes[key] = len(prepared.batches)
@@ -333,11 +307,22 @@ class StreamingLoader:
         """Stops the background preparation and the persistent workers (they exit on the loader's
         own stop message; they ignore SIGTERM, so nothing else would stop them before the trainer)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if not private_torch_apis():
+            self._close_publicly()
+            return
         iterator = getattr(self._loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if callable(shutdown):
             shutdown()
         self._loader._iterator = None
+
+    def _close_publicly(self) -> None:
+        # The workers' iterator shuts them down when it is freed. The DataLoader holds it, and so
+        # does every window suspended mid-way: both references go. Nothing iterates after close
+        # (the background pool is shut down), so the DataLoader is not replaced.
+        for window in list(self._windows):
+            window.close()
+        self._loader = None
 
 
 def stream_batches(source: BatchSource, index_batches: Sequence[np.ndarray], *, num_workers: int,

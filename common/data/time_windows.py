@@ -65,9 +65,6 @@ class TimeWindows:
     def sizes(self) -> dict[int, int]:
         return {int(k): int(c) for k, c in zip(self._keys, self._counts)}
 
-    def start_time(self, key: int) -> int:
-        return self.origin + key * self.window_seconds
-
     def indices(self, key: int) -> np.ndarray:
         """Sample indices in window `key`, in time order (ties by index); empty if none."""
         pos = int(np.searchsorted(self._keys, key))

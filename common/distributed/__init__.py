@@ -1,1 +1,1 @@
-"""common/distributed: moved here from the flat layout."""
+"""Process group set-up and every collective the project uses."""

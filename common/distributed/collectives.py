@@ -4,18 +4,10 @@ Checkpoint cadence, preemption, checkpoint fallback, data preparation and metric
 ranks to agree on a flag, a number or a list at the same point; a rank that decides alone would
 leave the others waiting in a collective until the process-group timeout. Every function here
 also works without a process group (one process, no launcher): it then returns the local value.
-
-    any_rank_true(flag)       True on every rank if it is True on any rank
-    all_ranks_true(flag)      True on every rank only if it is True on all
-    value_from_rank0(x)       rank 0's float on every rank
-    max_over_ranks(values)    element-wise MAX of a short float vector, one collective
-    strings_from_rank0(names) rank 0's list of strings (JSON bytes, no pickling)
-    run_on_rank0(fn)          rank 0 runs fn; an error it raises is raised on every rank
-    sum_over_ranks(n)         an int summed over the ranks
-    all_reduce_mean(t)        the mean of a tensor over the ranks
-    all_gather_tensor(t)      1-D tensors of any length from every rank, concatenated
-    broadcast_int(n)          rank 0's int on every rank
-    barrier()
+Flags and clocks (`any_rank_true`, `max_over_ranks`), rank 0's values and errors
+(`run_on_rank0`, `strings_from_rank0`, `object_from_rank0`), sums (`sum_over_ranks`,
+`reduce_in_place`, a step's `mean_and_sum_over_ranks`) and gathers (`all_gather_tensor`,
+`gather_objects`, `objects_on_rank0`).
 """
 
 from __future__ import annotations
@@ -160,12 +152,27 @@ def sum_over_ranks(count: int) -> int:
     return int(total.item())
 
 
-def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
+def mean_and_sum_over_ranks(value: torch.Tensor, count: int) -> tuple[float, int]:
+    """A step's loss averaged and its sample count summed over the ranks, in one collective.
+
+    One process returns its own values untouched; several reduce in float64 on the value's device."""
     if not _several_ranks():
-        return value
-    out = value.clone()
-    dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out / dist.get_world_size()
+        return float(value), int(count)
+    both = torch.stack([value.detach().reshape(()).to(torch.float64),
+                        torch.tensor(float(count), dtype=torch.float64, device=value.device)])
+    dist.all_reduce(both, op=dist.ReduceOp.SUM)
+    total, samples = both.tolist()
+    return total / dist.get_world_size(), int(samples)
+
+
+def reduce_in_place(tensor: torch.Tensor, *, op: str = "sum") -> torch.Tensor:
+    """`tensor` summed (op "sum") or maximised (op "max") element-wise over the ranks, in place."""
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+    if op not in ops:
+        raise ValueError(f"reduce_in_place: op must be one of {sorted(ops)}, got {op!r}")
+    if _several_ranks():
+        dist.all_reduce(tensor, op=ops[op])
+    return tensor
 
 
 def all_gather_tensor(local: torch.Tensor) -> torch.Tensor:
@@ -182,6 +189,26 @@ def all_gather_tensor(local: torch.Tensor) -> torch.Tensor:
     gathered = [torch.zeros_like(padded) for _ in range(world)]
     dist.all_gather(gathered, padded)
     return torch.cat([g[: int(s.item())] for g, s in zip(gathered, sizes)])
+
+
+def objects_on_rank0(obj: T) -> list[T] | None:
+    """Every rank's `obj` (picklable), in rank order, on rank 0 only (None on the others): for
+    results only rank 0 reads, so the other ranks never hold all of them."""
+    if not _several_ranks():
+        return [obj]
+    is_root = dist.get_rank() == 0
+    out: list[Any] | None = [None] * dist.get_world_size() if is_root else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def object_from_rank0(obj: T) -> T:
+    """Rank 0's `obj` (picklable) on every rank."""
+    if not _several_ranks():
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def gather_objects(obj: T) -> list[T]:

@@ -1,6 +1,7 @@
 """The load profile of one launch, as the run lifecycle (common.run.lifecycle) drives it.
 
-`start` attaches a LoadProfiler to the training loader and hands it to the loop; `finish`
+It attaches a LoadProfiler to the training loader and, as an observer of the loop, tells it each
+step's data wait and compute, the evaluation time it leaves out and each checkpoint; `finish`
 (after training ended or was preempted, on every rank) gathers the ranks' parts, and rank 0
 writes `load_profile.json`, the plots and prints the one-line summary. A resumed launch
 profiles only what it ran itself: the profile of an earlier launch is kept beside it as
@@ -12,23 +13,23 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from common.distributed.collectives import gather_objects
 from common.load_profile.merge import merge, summary_line
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
+from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 
 PROFILE_FILE = "load_profile.json"
 PLOTS_DIR = "load_profile"
 
 
-class ProfileSession:
+class ProfileSession(LoopObserver):
     def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
-                 loader: Any, hyperparameters: Mapping[str, Any], start_step: int) -> None:
+                 loader: Any, global_batch_size: int, local_batch_size: int, start_step: int) -> None:
         self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
         self.rank = rank
-        global_batch = int(hyperparameters.get("global_batch_size", 0))
-        setup = LoaderSetup(batch_size=global_batch // max(world_size, 1), global_batch_size=global_batch,
+        setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
                             num_workers=int(getattr(loader, "num_workers", 0)),
                             prefetch_factor=int(getattr(loader, "prefetch_factor", 0)))
         self.profiler = LoadProfiler(rank=rank, world_size=world_size, device=device, setup=setup, start_step=start_step)
@@ -36,6 +37,16 @@ class ProfileSession:
         loader.reads_sink = self.profiler.batch
         describe = getattr(loader.source, "storage_description", None)
         self.dataset = describe() if callable(describe) else None
+
+    def step_ends(self, step: StepEnd) -> None:
+        self.profiler.step(begin=step.began_at, data_wait_s=step.data_wait_s, compute_s=step.compute_s,
+                           samples=step.samples)
+
+    def evaluated(self, evaluation: Evaluation) -> None:
+        self.profiler.excluded(evaluation.seconds)
+
+    def saved(self, save: Save) -> None:
+        self.profiler.checkpoint(seconds=save.seconds, step=save.step, bytes_written=save.bytes_written)
 
     def finish(self) -> dict[str, Any] | None:
         """Collective: every rank calls it. Rank 0 writes the files and returns the profile."""

@@ -1,1 +1,1 @@
-"""common/mlperf: moved here from the flat layout."""
+"""MLPerf: the mllog tracker and the official compliance check of its log."""

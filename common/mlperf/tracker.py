@@ -1,28 +1,9 @@
-"""MLPerf logging for every trainer through one tracker with intent-named methods.
+"""MLPerf logging for every trainer through one tracker with intent-named methods (README.md beside this file).
 
-    tracker = MLPerfTracker(benchmark="dlrmv4", log_path=run_dir / "mllog.log",
-                            resume=manager.has_checkpoint())
-    tracker.cache_clear(); tracker.init_start()
-    tracker.submission(org="...", platform="...", division="closed", status="onprem")
-    tracker.hyperparameters({"global_batch_size": 8192, "learning_rate": 1e-6, ...})
-    ... build, load checkpoint, tracker.load_state_dict(progress.mlperf) ...
-    tracker.run_start()
-    tracker.block_start(samples_count=n); ...; tracker.block_stop(samples_count=n)
-    tracker.eval_start(samples_count=n); tracker.eval_accuracy(auc, samples_count=n)
-    tracker.eval_stop(samples_count=n)
-    tracker.run_stop(success=auc >= target, samples_count=n)
-
-Rank 0 writes ``:::MLLOG {json}`` lines with the official ``mlperf_logging.mllog``
-package; every rank may call every method (barriers around INIT_STOP/RUN_START and
-RUN_STOP are collective). Epoch-based benchmarks pass ``epoch_num=`` instead of
-``samples_count=`` (RetinaNet: BLOCK/EPOCH_START with first_epoch_num/epoch_num).
-
-Resume-aware: a cold start truncates the log, a resume appends. A resumed tracker
-assumes the run has started (so its init-phase calls log nothing) until
-``load_state_dict`` says otherwise; ``run_start`` and ``run_stop`` are idempotent over
-the persisted ``run_started`` / ``run_stopped`` flags, so a run that restarts any number
-of times logs exactly one INIT_START..RUN_START and one RUN_STOP. A preemption exit is
-not a RUN_STOP: the run continues after the resume.
+- Rank 0 writes `:::MLLOG` lines with the official `mlperf_logging.mllog`; every rank may call
+  every method. Epoch-based benchmarks pass `epoch_num=`, the others `samples_count=`.
+- Resume-aware: one INIT_START..RUN_START and one RUN_STOP per run across restarts (the flags
+  travel in the checkpoint through `state_dict`/`load_state_dict`); a preemption is not a RUN_STOP.
 """
 
 from __future__ import annotations
@@ -125,7 +106,7 @@ class MLPerfTracker:
         if self.is_writer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             # One private logger per tracker: the package's shared logger is global state.
-            logger = logging.getLogger(f"common.mlperf.tracker.tracker{next(_logger_ids)}")
+            logger = logging.getLogger(f"common.mlperf.tracker.log{next(_logger_ids)}")
             logger.propagate = False
             logger.setLevel(logging.INFO)
             self._handler = logging.FileHandler(self.log_path, mode="a" if resume else "w", encoding="utf-8")

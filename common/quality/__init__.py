@@ -1,1 +1,1 @@
-"""common/quality: moved here from the flat layout."""
+"""Quality metrics computed across ranks."""

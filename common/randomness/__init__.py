@@ -1,1 +1,1 @@
-"""common/randomness: moved here from the flat layout."""
+"""Random numbers: keyed per-purpose generators and the run's streams."""

@@ -11,7 +11,6 @@ sample, which a sequential stream cannot promise.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 _MASK_64 = (1 << 64) - 1
@@ -40,6 +39,3 @@ def keyed_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Gen
     generator.manual_seed(keyed_seed(*keys))
     return generator
 
-
-def keyed_numpy_rng(*keys: int) -> np.random.Generator:
-    return np.random.default_rng(keyed_seed(*keys))

@@ -4,15 +4,19 @@ A benchmark describes itself with a `Benchmark` (its names, its configs, its MLP
 a `build(ctx) -> TrainingPlan` that reads as its build: data -> model -> parallelism ->
 optimizer -> task. `main(benchmark)` does everything around it, in this order:
 
-    parse --gin_config/--gin_bindings -> read the configs (exit 2 on a config error)
+    parse --gin_config/--gin_bindings -> the preemption handler (a signal from now on stops the run
+    at its first step boundary, with a checkpoint) -> read the configs (exit 2 on a config error)
     -> process group -> seed, run directory, MLPerf tracker (init, submission), config snapshot
     -> build -> resume from the newest checkpoint (weights, optimizer, random streams, data
-       position, mllog state) -> hyperparameters, RUN_START -> metrics and sample logs
-    -> the training loop -> close everything (on every path: success, preemption, error)
+       position, mllog state) -> hyperparameters, RUN_START -> the loop's observers (metrics,
+       console, MLPerf log, sample audit log, tracer, load profile) -> the training loop
+    -> close everything (on every path: success, preemption, error) -> the load profile
     -> the official compliance check of the run's own mllog -> summary.json and the last line
 
 Exit status: 0 (finished or preempted after saving), 2 (a config error: one line naming the
-binding), 3 (a data error: one line naming the file), 1 (anything else, with its traceback).
+binding), 3 (a data error: one line naming the file), 4 (a NaN or infinite loss: one line naming
+the step), 5 (a checkpoint could not be written: one line saying why, e.g. no space left), 1
+(anything else, with its traceback).
 """
 
 from __future__ import annotations
@@ -29,27 +33,34 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from common.checkpoint.manager import CheckpointManager, TrainingProgress
-from common.checkpoint.policy import configured_checkpoint_policy
+from common.checkpoint.manager import CheckpointManager, CheckpointWriteError
+from common.checkpoint.progress import TrainingProgress
+from common.config.checks import ConfigError
+from common.config.gin_files import load_gin, write_config_snapshot
+from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
-from common.mlperf.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
-from common.config.gin_files import ConfigError, load_gin, write_config_snapshot
+from common.distributed.launch import write_rank_status
 from common.distributed.setup import DistInfo, destroy, init_distributed
 from common.load_profile.session import ProfileSession
-from common.run.loop import BenchmarkTask, EvalPoint, LoopConfig, LoopResult, SampleAuditLog, TrainLoop
-from common.run.logs import MetricsLog
+from common.mlperf.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
 from common.mlperf.tracker import MLPerfTracker
-from common.run.preemption import PreemptionHandler
 from common.randomness.streams import RandomStreams, resolve_seed, seed_everything
-from common.run.settings import RunConfig, Submission, read_run_config
+from common.run.events import Observers
+from common.run.logs import MetricsLog, SampleAuditLog
+from common.run.loop import LoopCheckpoints, LoopResult, NonFiniteLoss, TrainLoop
+from common.run.observers import ConsoleLines, MLPerfEvents, TracedSteps
+from common.run.preemption import PreemptionHandler
 from common.run.rundir import make_run_dir
-from common.run.learning_rate import LearningRateSchedule
-from common.data.loader import StreamingLoader
-from common.tracing import StepTracer, TraceConfig, configured_trace_config
+from common.run.schedule import TrainingSchedule
+from common.run.settings import CommonConfigs, RunConfig
+from common.run.task import BenchmarkTask, CheckpointAdaptingTask, EvalPoint
 from common.run.warnings_filter import quiet_known_library_noise
+from common.tracing.capture import StepTracer
 
 EXIT_CONFIG_ERROR = 2
 EXIT_DATA_ERROR = 3
+EXIT_NON_FINITE_LOSS = 4
+EXIT_CHECKPOINT_WRITE_ERROR = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,21 +98,22 @@ class RunContext:
 
 @dataclasses.dataclass
 class TrainingPlan:
-    """What a build hands to the lifecycle."""
+    """What a build hands to the lifecycle.
+
+    Its callables fire in this order: the schedule's `mllog_position` when a resumed run reports
+    where it stands, then at every mllog block, evaluation and train loss; `eval_after_window`
+    after each trained window; `summarize` once, after the loop ended and everything was closed,
+    with the loop's result and the untrained model's quality (None when it was not scored).
+    """
 
     task: BenchmarkTask
     loader: StreamingLoader
-    windows: Sequence[int]
-    loop: LoopConfig  # max_steps and log_every_steps come from common.RunConfig
+    schedule: TrainingSchedule  # windows, batches, evaluation, target, learning rate (max_steps set by the run)
     hyperparameters: Mapping[str, Any]  # logged before RUN_START (friendly names of common.mlperf.tracker)
-    lr_schedule: LearningRateSchedule | None
     dataset: str  # for the summary and the compliance explanation
     reference_data: bool  # whether this is the dataset the closed rules pin
-    schedule_line: str  # printed before training starts
     # the benchmark's summary fields and its [done] line, from the loop's result and the untrained quality
     summarize: Callable[[LoopResult, float | None], tuple[dict[str, Any], str | None]]
-    eval_after_window: Callable[[int], bool] = lambda key: False
-    mllog_position: Callable[[TrainingProgress], Mapping[str, int]] | None = None
     evaluate_untrained: bool = False  # score the fresh model first: a baseline for the summary, not an MLPerf eval
     closeables: Sequence[Any] = ()  # anything else with close() (evaluation loaders)
 
@@ -125,27 +137,46 @@ def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_known_library_noise()
     args = parse_args(argv, doc=doc)
+    # from here on a preemption signal is a flag the first step boundary answers with a checkpoint,
+    # whatever the run is doing when it comes (reading configs, preparing data, building, evaluating)
+    preemption = PreemptionHandler().install()
+    code = 1  # what an exception leaves
+    try:
+        code = _launch(benchmark, args, preemption)
+        return code
+    finally:
+        # the status first: once this rank fails, the launcher's agent may SIGTERM the others, and a
+        # rank that it kills after uninstalling has still said why it stopped
+        write_rank_status(code)  # for common.distributed.launch, when it started this rank
+        preemption.uninstall()
+
+
+def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: PreemptionHandler) -> int:
     try:
         loaded = load_gin(args.gin_config, args.gin_bindings)
         configs = benchmark.read_configs()
-        run_cfg = read_run_config(loaded.env_macros)
-        submission = Submission()
-        policy = configured_checkpoint_policy(env_ckpt_path=str(loaded.env_macros["CKPT_PATH"]))
-        trace = configured_trace_config()
+        common = CommonConfigs.read(loaded.env_macros)
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    run_cfg = common.run
     info = init_distributed(device=run_cfg.device, timeout_s=run_cfg.process_group_timeout_s,
                             preparation_timeout_s=run_cfg.data_preparation_timeout_s)
     try:
-        _Run(benchmark, configs=configs, run_cfg=run_cfg, submission=submission, policy=policy, info=info,
-             config_file=Path(args.gin_config[-1]).name, trace=trace).execute()
+        _Run(benchmark, configs=configs, common=common, info=info, config_file=Path(args.gin_config[-1]).name,
+             preemption=preemption).execute()
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except benchmark.data_errors as error:
         print(f"data error: {_first_line(error)}", file=sys.stderr)
         return EXIT_DATA_ERROR
+    except NonFiniteLoss as error:
+        print(f"training error: {error}", file=sys.stderr)
+        return EXIT_NON_FINITE_LOSS
+    except CheckpointWriteError as error:
+        print(f"checkpoint error: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_WRITE_ERROR
     finally:
         destroy()
     return 0
@@ -154,12 +185,18 @@ def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | 
 class _Run:
     """One launch of a trainer: the steps of the module docstring, each a method."""
 
-    def __init__(self, benchmark: Benchmark, *, configs: Any, run_cfg: RunConfig, submission: Submission, policy,
-                 info: DistInfo, config_file: str, trace: TraceConfig = TraceConfig()) -> None:
-        self.benchmark, self.configs, self.run_cfg, self.trace = benchmark, configs, run_cfg, trace
-        self.submission, self.policy, self.info, self.config_file = submission, policy, info, config_file
+    def __init__(self, benchmark: Benchmark, *, configs: Any, common: CommonConfigs, info: DistInfo,
+                 config_file: str, preemption: PreemptionHandler) -> None:
+        self.benchmark, self.configs, self.common, self.info, self.config_file = benchmark, configs, common, info, config_file
+        self.preemption = preemption
+        self.run_cfg: RunConfig = common.run
         self.started = time.perf_counter()
+        self.loop_started = self.started
         self._closing = contextlib.ExitStack()
+        self.checkpoints = CheckpointManager.from_policy(common.checkpoint)
+        self.resuming = self.checkpoints is not None and self.checkpoints.has_checkpoint()
+        self.tracker: MLPerfTracker | None = None  # opened with the run directory
+        self.profile: ProfileSession | None = None  # common.RunConfig.load_profile
 
     def say(self, message: str) -> None:
         if self.info.is_main:
@@ -171,8 +208,9 @@ class _Run:
             plan = self.benchmark.build(ctx)
             for closeable in (plan.loader, *plan.closeables):
                 self._closing.callback(closeable.close)
+            schedule = plan.schedule.with_budget(self.run_cfg.max_steps)
             progress = self._resume(plan, ctx)
-            result = self._train(plan, ctx, progress)
+            result = self._train(plan, schedule, ctx, progress)
         return self._finish(plan, ctx, result)
 
     # ------------------------------------------------------------------ start
@@ -182,13 +220,11 @@ class _Run:
         seed = resolve_seed(self.run_cfg.seed)
         seed_everything(seed)
         run_dir = make_run_dir(self.run_cfg.output_root, self.benchmark.package, self.run_cfg.run_name, is_main=self.info.is_main)
-        self.checkpoints = CheckpointManager.from_policy(self.policy)
-        self.resuming = self.checkpoints is not None and self.checkpoints.has_checkpoint()
         self.tracker = MLPerfTracker(benchmark=self.benchmark.mlperf_name, log_path=run_dir / "mllog.log", resume=self.resuming)
         self._closing.callback(self.tracker.close)
         self.tracker.cache_clear()
         self.tracker.init_start()
-        s = self.submission
+        s = self.common.submission
         self.tracker.submission(org=s.org, platform=s.platform, division=s.division, status=s.status)
         if self.info.is_main:
             write_config_snapshot(run_dir, operative=False)
@@ -200,72 +236,60 @@ class _Run:
     def _resume(self, plan: TrainingPlan, ctx: RunContext) -> TrainingProgress:
         if not self.resuming:
             return TrainingProgress()
-        # a task may check (and adapt its state to) each candidate before it loads: `adapt_checkpoint`
-        metadata = self.checkpoints.load_latest(plan.task.app_state(), generators=ctx.streams.generators(),
-                                                adapt=getattr(plan.task, "adapt_checkpoint", None))
+        adapt = plan.task.adapt_checkpoint if isinstance(plan.task, CheckpointAdaptingTask) else None
+        metadata = self.checkpoints.load_latest(plan.task.app_state(), generators=ctx.streams.generators(), adapt=adapt)
         progress = TrainingProgress.from_json(metadata, source=str(self.checkpoints.loaded_path))
         self.tracker.load_state_dict(progress.mlperf)
-        where = ", ".join(f"{k} {v}" for k, v in self._position(plan, progress).items())
+        where = ", ".join(f"{k} {v}" for k, v in plan.schedule.mllog_position(progress).items())
         self.say(f"[resume] {self.checkpoints.loaded_path}: step {progress.global_step}, window {progress.window_key} "
                  f"batch {progress.batch_idx_in_window} ({where})")
         return progress
 
-    @staticmethod
-    def _position(plan: TrainingPlan, progress: TrainingProgress) -> Mapping[str, int]:
-        return plan.mllog_position(progress) if plan.mllog_position else {"samples_count": progress.samples_seen}
-
     # ------------------------------------------------------------------ train
-    def _train(self, plan: TrainingPlan, ctx: RunContext, progress: TrainingProgress) -> LoopResult:
+    def _train(self, plan: TrainingPlan, schedule: TrainingSchedule, ctx: RunContext,
+               progress: TrainingProgress) -> LoopResult:
         self.tracker.hyperparameters(plan.hyperparameters)
         self.tracker.run_start()
         resume_step = progress.global_step if self.resuming else None
         metrics = MetricsLog(ctx.run_dir / "metrics.jsonl", enabled=self.info.is_main, truncate=not self.resuming,
                              keep_through_step=resume_step)
-        self._closing.callback(metrics.close)
-        sample_log = None
-        if self.run_cfg.log_sample_ids:
-            sample_log = SampleAuditLog(ctx.run_dir / f"sample_ids_rank{self.info.rank}.jsonl", resume_step=resume_step)
-            self._closing.callback(sample_log.close)
+        observers = self._observers(plan, schedule, ctx, progress, metrics)
         if self.info.is_main:
             write_config_snapshot(ctx.run_dir, operative=True)
-        self.say(plan.schedule_line)
+        self.say(schedule.description)
         if plan.evaluate_untrained and not self.resuming:
-            self._evaluate_untrained(plan, ctx, metrics, progress)
-        preemption = PreemptionHandler().install()
-        self._closing.callback(preemption.uninstall)
-        # closed (an open window written) on every way out: the end, preemption, an error
-        tracer = StepTracer(self.trace, run_dir=ctx.run_dir, rank=self.info.rank, device=self.info.device)
-        self._closing.callback(tracer.close)
-        self.load_profile = None
-        if self.run_cfg.load_profile:
-            self.load_profile = ProfileSession(run_dir=ctx.run_dir, benchmark=self.benchmark.package,
-                                               config_file=self.config_file, rank=self.info.rank,
-                                               world_size=self.info.world_size, device=str(self.info.device),
-                                               loader=plan.loader, hyperparameters=plan.hyperparameters,
-                                               start_step=progress.global_step)
-        loop = TrainLoop(
-            task=plan.task,
-            config=dataclasses.replace(plan.loop, max_steps=self.run_cfg.max_steps, log_every_steps=self.run_cfg.log_every_steps,
-                                       mllog_train_loss_every_steps=self.run_cfg.mllog_train_loss_every_steps),
-            loader=plan.loader,
-            windows=plan.windows,
-            metrics=metrics,
-            is_main=self.info.is_main,
-            progress=progress,
-            lr_schedule=plan.lr_schedule,
-            streams=ctx.streams,
-            eval_after_window=plan.eval_after_window,
-            checkpoints=self.checkpoints,
-            policy=self.policy,
-            tracker=self.tracker,
-            mllog_position=plan.mllog_position,
-            preemption=preemption,
-            sample_log=sample_log,
-            tracer=tracer,
-            load_profile=self.load_profile.profiler if self.load_profile is not None else None,
-        )
+            if self.preemption.stop_requested(distributed=True):  # a collective: every rank decides alike
+                self.say("[preempt] stop requested before training: the untrained evaluation is skipped")
+            else:
+                self._evaluate_untrained(plan, ctx, metrics, progress)
+        checkpoints = LoopCheckpoints(policy=self.common.checkpoint, manager=self.checkpoints,
+                                      generators=ctx.streams.generators, mlperf_state=self.tracker.state_dict)
+        loop = TrainLoop(task=plan.task, schedule=schedule, loader=plan.loader, progress=progress,
+                         checkpoints=checkpoints, observers=observers, preemption=self.preemption, streams=ctx.streams)
         self.loop_started = time.perf_counter()
         return loop.run()
+
+    def _observers(self, plan: TrainingPlan, schedule: TrainingSchedule, ctx: RunContext, progress: TrainingProgress,
+                   metrics: MetricsLog) -> Observers:
+        """Everything that watches the loop, closed (an open trace window written) on every way out."""
+        resume_step = progress.global_step if self.resuming else None
+        observers = Observers([metrics])
+        self._closing.callback(observers.close)
+        if self.info.is_main:
+            observers.add(ConsoleLines(log_every_steps=self.run_cfg.log_every_steps, max_steps=schedule.max_steps))
+        observers.add(MLPerfEvents(self.tracker, position=schedule.mllog_position,
+                                   train_loss_every_steps=self.run_cfg.mllog_train_loss_every_steps))
+        if self.run_cfg.log_sample_ids:
+            observers.add(SampleAuditLog(ctx.run_dir / f"sample_ids_rank{self.info.rank}.jsonl", resume_step=resume_step))
+        observers.add(TracedSteps(StepTracer(self.common.trace, run_dir=ctx.run_dir, rank=self.info.rank,
+                                             device=self.info.device)))
+        if self.run_cfg.load_profile:
+            self.profile = observers.add(ProfileSession(
+                run_dir=ctx.run_dir, benchmark=self.benchmark.package, config_file=self.config_file,
+                rank=self.info.rank, world_size=self.info.world_size, device=str(self.info.device), loader=plan.loader,
+                global_batch_size=schedule.global_batch_size, local_batch_size=schedule.local_batch_size,
+                start_step=progress.global_step))
+        return observers
 
     def _evaluate_untrained(self, plan: TrainingPlan, ctx: RunContext, metrics: MetricsLog,
                             progress: TrainingProgress) -> None:
@@ -281,8 +305,8 @@ class _Run:
     # ----------------------------------------------------------------- finish
     def _finish(self, plan: TrainingPlan, ctx: RunContext, result: LoopResult) -> dict:
         """After everything is closed: the load profile, the compliance check, summary.json and the closing line."""
-        if getattr(self, "load_profile", None) is not None:
-            self.load_profile.finish()
+        if self.profile is not None:
+            self.profile.finish()
         untrained = result.progress.metrics.get("untrained_quality")
         extra, done_line = plan.summarize(result, untrained)
         last = result.last_eval.quality if result.last_eval else result.progress.metrics.get("last_quality")

@@ -1,36 +1,20 @@
-"""Graceful stop on SIGTERM / SIGUSR1 (Slurm preemption, time limits, scancel).
+"""Graceful stop on SIGTERM / SIGUSR1 (Slurm preemption, time limits, scancel); README.md beside this file.
 
-The signal handler only sets a flag; the training loop polls it at a step boundary,
-saves a checkpoint and exits 0, so the job can be requeued and resume where it stopped.
-Only some ranks may receive the signal (a node-local kill), so the loop asks all ranks
-together: ``stop_requested()`` is an all_reduce(MAX) of the flag and every rank stops at
-the same step.
-
-    handler = PreemptionHandler().install()      # main thread, before training
-    for step in ...:
-        train_step()
-        agreed = agree_at_step_boundary(
-            stop_requested_locally=handler.stop_requested(distributed=False),
-            seconds_since_last_save=time.monotonic() - last_save,
-        )                                         # one collective for both decisions
-        if agreed.stop: save(); break
-    handler.uninstall()
-
-Under torchrun the agent forwards SIGTERM to the workers and kills them after its grace
-period (30 s by default); Slurm sends SIGKILL ``KillWait`` seconds after SIGTERM. Ask
-Slurm for an early warning (``--signal=USR1@120``) when a checkpoint takes longer.
+- The handler only sets a flag; the loop polls it at a step boundary, saves and exits 0.
+- `agree_at_step_boundary`: one collective for both per-step decisions, stop (any rank) and
+  rank 0's clock, so every rank stops and checkpoints at the same step.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Optional, Sequence
 
 from common.distributed.collectives import any_rank_true, max_over_ranks, world_rank
+from common.run import early_signals
 
 DEFAULT_PREEMPTION_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -55,7 +39,6 @@ class PreemptionHandler:
         self._chain_previous = chain_previous
         self._previous: dict[int, Any] = {}
         self._received: Optional[int] = None
-        self._received_at: Optional[float] = None
 
     @property
     def installed(self) -> bool:
@@ -66,17 +49,17 @@ class PreemptionHandler:
         """The first signal that arrived on this rank, or None."""
         return self._received
 
-    @property
-    def received_at_monotonic(self) -> Optional[float]:
-        return self._received_at
-
     def install(self) -> "PreemptionHandler":
         if self.installed:
             raise RuntimeError("PreemptionHandler.install() called twice without uninstall()")
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("signal handlers can only be installed from the main thread")
         for signum in self._signals:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            previous = signal.signal(signum, self._on_signal)
+            # a signal the entry point noted before this handler existed counts as received here
+            self._previous[signum] = signal.SIG_DFL if early_signals.is_early_handler(previous) else previous
+        if self._received is None and early_signals.received() in self._signals:
+            self._received = early_signals.received()
         return self
 
     def uninstall(self) -> None:
@@ -95,29 +78,14 @@ class PreemptionHandler:
         # Runs between two bytecodes of the main thread: record and return, nothing more.
         if self._received is None:
             self._received = signum
-            self._received_at = time.monotonic()
         previous = self._previous.get(signum)
         if self._chain_previous and callable(previous):
             previous(signum, frame)
-
-    def request_stop(self, signum: int = signal.SIGTERM) -> None:
-        """Set the flag without a signal (tests, or a loop that wants to stop cleanly)."""
-        self._on_signal(signum, None)
 
     def stop_requested(self, *, distributed: bool = True) -> bool:
         """Whether any rank (``distributed=True``, a collective) or this rank saw a signal."""
         local = self._received is not None
         return any_rank_true(local) if distributed else local
-
-
-def rank0_seconds_since(start_monotonic: float) -> float:
-    """Seconds since ``start_monotonic`` as measured by rank 0, on every rank.
-
-    Wall-clock cadences must fire on all ranks at the same step; clocks and step times
-    differ per rank, so rank 0's reading is the one everybody uses.
-    """
-    elapsed = time.monotonic() - start_monotonic if world_rank() == 0 else float("-inf")
-    return max_over_ranks([elapsed])[0]
 
 
 @dataclass(frozen=True)

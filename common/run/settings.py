@@ -1,4 +1,5 @@
-"""The settings every trainer shares, bound in gin as `common.RunConfig.*` and `common.Submission.*`.
+"""The settings every trainer shares: `common.RunConfig.*` and `common.Submission.*` here, with
+`common.CheckpointPolicy.*` and `common.TraceConfig.*` read beside them by `CommonConfigs.read`.
 
 Per-launch facts default to the environment (common/config/gin_files.py): a gin file leaves `seed`,
 `output_root` and `run_name` unset and gets $SEED, $MLPERF_OUTPUT_ROOT and $RUN_NAME (or the
@@ -12,7 +13,9 @@ from typing import Mapping
 
 import gin
 
-from common.config.gin_files import ConfigError, require, require_choice, require_int, require_number
+from common.checkpoint.policy import CheckpointPolicy, GinCheckpointPolicy, with_environment_path
+from common.config.checks import is_int, read, require, require_bool, require_choice, require_int, require_number
+from common.tracing.capture import TraceConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -38,13 +41,12 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.seed is not None:
-            require(self, "seed", isinstance(self.seed, int) and not isinstance(self.seed, bool), "an int")
+            require(self, "seed", is_int(self.seed), "an int")
         require_choice(self, "device", DEVICES)
         require_int(self, "max_steps", "num_threads", "mllog_train_loss_every_steps", minimum=0)
         require_int(self, "log_every_steps", minimum=1)
         require_number(self, "process_group_timeout_s", "data_preparation_timeout_s", minimum=0, strictly=True)
-        for name in ("log_sample_ids", "check_compliance", "load_profile"):
-            require(self, name, isinstance(getattr(self, name), bool), "True or False")
+        require_bool(self, "log_sample_ids", "check_compliance", "load_profile")
 
     def resolved(self, env_macros: Mapping[str, object]) -> "RunConfig":
         """This config with the unset per-launch fields taken from the environment macros."""
@@ -72,8 +74,22 @@ class Submission:
         require_choice(self, "division", ("closed", "open"))
 
 
-def read_run_config(env_macros: Mapping[str, object]) -> RunConfig:
-    try:
-        return RunConfig().resolved(env_macros)
-    except TypeError as error:  # a binding of the wrong shape reaches the constructor
-        raise ConfigError(f"common.RunConfig: {error}") from error
+@dataclasses.dataclass(frozen=True)
+class CommonConfigs:
+    """The settings every trainer shares, read once from the parsed gin files and the environment."""
+
+    run: RunConfig
+    submission: Submission
+    checkpoint: CheckpointPolicy
+    trace: TraceConfig
+
+    @classmethod
+    def read(cls, env_macros: Mapping[str, object]) -> "CommonConfigs":
+        """Raises ConfigError (one line naming the binding) for anything the bindings get wrong."""
+        policy = read(GinCheckpointPolicy, name="common.CheckpointPolicy")
+        return cls(
+            run=read(RunConfig).resolved(env_macros),
+            submission=read(Submission),
+            checkpoint=with_environment_path(policy, env_ckpt_path=str(env_macros["CKPT_PATH"])),
+            trace=read(TraceConfig),
+        )

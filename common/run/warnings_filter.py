@@ -16,8 +16,10 @@ _WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     # TorchRec's data-parallel wrapper passes broadcast_buffers=False to DDP; the replacement
     # flag also syncs buffers at init, which TorchRec has not switched to yet
     (FutureWarning, r"`broadcast_buffers` is deprecated", r"torchrec\.distributed\.model_parallel"),
-    # the sharded EmbeddingCollection's state dict is made of ShardedTensors (TorchRec's choice)
-    (FutureWarning, r"Please use DTensor instead and we are deprecating ShardedTensor", r"(recommendation_v4|torchrec)\..*"),
+    # the sharded EmbeddingCollection's state dict is made of ShardedTensors (TorchRec's choice);
+    # torch.distributed.checkpoint says so again while it plans the load of a resume
+    (FutureWarning, r"Please use DTensor instead and we are deprecating ShardedTensor",
+     r"(recommendation_v4|torchrec|torch\.distributed\.checkpoint)\..*"),
     # FSDP2 warns, once per module class, that a Linear or reshaped output is a view; it matters only
     # to code that updates such an output in place, which the FLUX model never does (all out of place)
     (UserWarning, r"FSDP2-wrapped module \(\w+\) returned a view tensor", r"torch\.distributed\.fsdp\..*"),

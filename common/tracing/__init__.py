@@ -20,7 +20,6 @@ from common.tracing.capture import (
     StepTracer,
     TraceConfig,
     TraceExportWarning,
-    configured_trace_config,
     trace_file,
 )
 from common.tracing.merge import RANK_PID_BASE, TraceFileError, merge_step, merge_traces, merged_file, rank_files, read_trace
@@ -32,7 +31,6 @@ __all__ = [
     "TraceConfig",
     "TraceExportWarning",
     "TraceFileError",
-    "configured_trace_config",
     "merge_step",
     "merge_traces",
     "merged_file",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import gin
 
-from common.config.gin_files import ConfigError, _is_int, require, require_int
+from common.config.checks import is_int, require, require_int
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +45,7 @@ def trace_file(run_dir: str | Path, step: int, rank: int) -> Path:
 
 def _int_tuple(value: object) -> tuple[int, ...] | None:
     """The value as a tuple of ints (gin hands over lists), or None when it is not one."""
-    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
         return None
     return tuple(value)
 
@@ -89,14 +89,6 @@ class TraceConfig:
 
     def traces_rank(self, rank: int) -> bool:
         return self.enabled and (not self.ranks or rank in self.ranks)
-
-
-def configured_trace_config() -> TraceConfig:
-    """The TraceConfig the parsed gin files and bindings describe."""
-    try:
-        return TraceConfig()
-    except TypeError as error:  # a binding of the wrong shape reaches the constructor
-        raise ConfigError(f"common.TraceConfig: {error}") from error
 
 
 def _warn(message: str) -> None:

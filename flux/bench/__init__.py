@@ -1,1 +1,1 @@
-"""flux/bench: moved here from the flat layout."""
+"""Speed measurements of FLUX.1 ("benchmark" means the MLPerf one)."""

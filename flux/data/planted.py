@@ -1,26 +1,9 @@
 """The planted text->latent structure of the synthetic FLUX data: a small world of "concepts".
 
-Each sample has a hidden concept k (one of K) and a hidden attribute a ~ U(-1, 1):
-
-- T5 tokens: the first n positions (n drawn from `prompt_fraction` of L) are concept k's fixed
-  "caption" token vectors plus a * (an attribute direction) plus `token_noise`; the remaining
-  L - n positions are the empty prompt's padding encodings plus `pad_noise`, so padding is
-  shared with `t5_empty.npy`, as T5's padded encodings are. (All per-sample noise is uniform
-  with the stated RMS: Gaussian noise for 1 M values a sample would dominate generation time.)
-- CLIP pooled vector: concept k's vector + a * (a CLIP attribute direction) + `clip_noise`.
-- Latent, in the scaled space the loss sees: x0 = template[k] + attribute_strength * a *
-  modifier[k] + sample_variation * (smooth per-sample field) + pixel_noise * (white noise).
-  Templates and modifiers are smooth random fields (a few low-frequency 2-D cosines per channel)
-  with unit RMS. The stored VAE `mean` is x0 / 0.3611 + 0.1159 (the inverse of the trainer's
-  scaling); `logvar` is about `logvar_mean`, so the posterior sample adds ~1% noise.
-
-A model that reads the text can predict template + modifier; an unconditional one can only
-learn the mixture. With the default knobs the oracle that knows (k, a) leaves an MSE of ~0.13,
-the dataset-mean predictor ~1.1, x0's per-value variance (see signal_check.py).
-
-Everything is a pure function of (seed, split, index): the world from `seed`, each sample from
-its own RNG stream: a seed gives byte-identical files, and a sample's values do not depend on
-the shard size or on which samples were generated before it.
+- Each sample has a hidden concept k and attribute a; its T5 tokens, CLIP vector and latent are
+  built from them, so a model that reads the text can beat the unconditional mixture.
+- Everything is a pure function of (seed, split, index). The construction and its numbers:
+  README.md beside this file.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """FLUX.1 MMDiT model: flavors, RoPE, embedders, double/single stream blocks, latent packing."""
 
-from flux.model.flavors import FLAVORS, PATCH_SIZE, FluxModelArgs, get_flavor
+from flux.model.flavors import FLAVORS, PATCH_SIZE, FluxFlavor, get_flavor
 from flux.model.latents import image_position_ids, pack_latents, text_position_ids, unpack_latents
 from flux.model.model import FluxModel
 
@@ -8,7 +8,7 @@ __all__ = [
     "FLAVORS",
     "PATCH_SIZE",
     "FluxModel",
-    "FluxModelArgs",
+    "FluxFlavor",
     "get_flavor",
     "image_position_ids",
     "pack_latents",

@@ -12,7 +12,7 @@ TIMESTEP_EMBED_DIM = 256
 
 
 @dataclasses.dataclass(frozen=True)
-class FluxModelArgs:
+class FluxFlavor:
     """Architecture of the FLUX.1 MMDiT. Defaults are the MLPerf `flux-schnell` shape.
 
     torchtitan's dataclass default for `context_in_dim` is 512 and its trainer overwrites it from
@@ -46,28 +46,28 @@ class FluxModelArgs:
             "theta",
         ):
             if getattr(self, name) <= 0:
-                raise ValueError(f"FluxModelArgs.{name} must be positive, got {getattr(self, name)}")
+                raise ValueError(f"FluxFlavor.{name} must be positive, got {getattr(self, name)}")
         for name in ("depth", "depth_single_blocks"):
             if getattr(self, name) < 0:
-                raise ValueError(f"FluxModelArgs.{name} must be >= 0, got {getattr(self, name)}")
+                raise ValueError(f"FluxFlavor.{name} must be >= 0, got {getattr(self, name)}")
         if self.mlp_ratio <= 0:
-            raise ValueError(f"FluxModelArgs.mlp_ratio must be positive, got {self.mlp_ratio}")
+            raise ValueError(f"FluxFlavor.mlp_ratio must be positive, got {self.mlp_ratio}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
-                f"FluxModelArgs.hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}"
+                f"FluxFlavor.hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}"
             )
         if sum(self.axes_dim) != self.head_dim:
             raise ValueError(
-                f"FluxModelArgs.axes_dim={tuple(self.axes_dim)} sums to {sum(self.axes_dim)}, but it must sum to "
+                f"FluxFlavor.axes_dim={tuple(self.axes_dim)} sums to {sum(self.axes_dim)}, but it must sum to "
                 f"the head dim hidden_size / num_heads = {self.head_dim}"
             )
         if any(d <= 0 or d % 2 for d in self.axes_dim):
             raise ValueError(
-                f"FluxModelArgs.axes_dim entries must be positive and even (RoPE pairs), got {self.axes_dim}"
+                f"FluxFlavor.axes_dim entries must be positive and even (RoPE pairs), got {self.axes_dim}"
             )
         if self.in_channels % (PATCH_SIZE * PATCH_SIZE):
             raise ValueError(
-                f"FluxModelArgs.in_channels={self.in_channels} must be a multiple of {PATCH_SIZE * PATCH_SIZE} "
+                f"FluxFlavor.in_channels={self.in_channels} must be a multiple of {PATCH_SIZE * PATCH_SIZE} "
                 f"(latent channels x {PATCH_SIZE}x{PATCH_SIZE} patch)"
             )
 
@@ -85,16 +85,16 @@ class FluxModelArgs:
         return self.in_channels // (PATCH_SIZE * PATCH_SIZE)
 
 
-FLAVORS: dict[str, FluxModelArgs] = {
+FLAVORS: dict[str, FluxFlavor] = {
     # MLPerf Training flux1: FLUX.1-schnell, 11,891,178,560 parameters, T5-XXL (4096) + CLIP-L (768).
-    "flux-schnell": FluxModelArgs(),
+    "flux-schnell": FluxFlavor(),
     # torchtitan's flux-debug (used by its preprocessing script): full width, 2+2 blocks, T5-small
     # width 512. About 1.0B parameters, so not a CPU flavor; kept for reference and counting.
-    "flux-debug": FluxModelArgs(context_in_dim=512, depth=2, depth_single_blocks=2),
+    "flux-debug": FluxFlavor(context_in_dim=512, depth=2, depth_single_blocks=2),
     # CPU tests and the tiny training run. Same latent format (16 channels, 2x2 patches) and the
     # same block structure; narrower synthetic text encodings. axes_dim keeps the reference's
     # small first axis (always 0 for images and text) and two equal spatial axes.
-    "flux-tiny": FluxModelArgs(
+    "flux-tiny": FluxFlavor(
         vec_in_dim=32,
         context_in_dim=64,
         hidden_size=64,
@@ -104,7 +104,7 @@ FLAVORS: dict[str, FluxModelArgs] = {
         axes_dim=(8, 12, 12),
     ),
     # A step up for CPU learning runs: head_dim 64 with axes (8, 28, 28).
-    "flux-small": FluxModelArgs(
+    "flux-small": FluxFlavor(
         vec_in_dim=64,
         context_in_dim=128,
         hidden_size=128,
@@ -116,7 +116,7 @@ FLAVORS: dict[str, FluxModelArgs] = {
 }
 
 
-def get_flavor(name: str) -> FluxModelArgs:
+def get_flavor(name: str) -> FluxFlavor:
     if name not in FLAVORS:
         raise KeyError(f"unknown FLUX flavor {name!r}; known: {sorted(FLAVORS)}")
     return FLAVORS[name]

@@ -1,24 +1,9 @@
 """FLUX.1 MMDiT, the MLPerf Training `flux1` model (FLUX.1-schnell, trained from scratch).
 
-For packed latent tokens img [B, L_img, 64], T5 tokens txt [B, L_txt, 4096], CLIP pooled y [B, 768]
-and flow time t in [0, 1] [B]:
-
-    vec      = time_in(sinusoid(1000 t)) + vector_in(y)       conditions every adaLN
-    img, txt = img_in(img), txt_in(txt)
-    19 double-stream blocks: own weights per stream, joint attention over [txt; img]
-    38 single-stream blocks over the concatenated [txt; img] sequence
-    final_layer on the image tokens -> [B, L_img, 64], the predicted velocity (noise - x0)
-
-RoPE over ids (0, row, col) for image patches and zeros for text. No guidance embedding (schnell),
-no attention mask. At init every block is the identity and the output is exactly 0 (adaLN-Zero).
-
-Checkpoint names equal torchtitan's `FluxModel` (which keeps BFL's), e.g.
-`double_blocks.0.img_attn.qkv.weight`, `single_blocks.0.linear1.weight`,
-`final_layer.adaLN_modulation.1.weight`. A BFL checkpoint (`flux1-schnell.safetensors`) loads after
-one rename: the QK RMSNorm scales are `...norm.query_norm.scale` / `...key_norm.scale` in BFL and
-`.weight` here (torch.nn.RMSNorm); shapes and everything else (including the final layer's
-shift-then-scale order) match. Diffusers-format checkpoints need torchtitan's FluxStateDictAdapter
-mapping (split q/k/v, swapped final-layer shift/scale).
+- `FluxModel(flavor)(img, img_ids, txt, txt_ids, t, y)` -> the predicted velocity of the image tokens.
+- Double-stream then single-stream blocks, adaLN-Zero (the output is exactly 0 at init), RoPE.
+- Parameter names equal torchtitan's `FluxModel` (and BFL's); the architecture and checkpoint
+  mapping: README.md beside this file.
 """
 
 from __future__ import annotations
@@ -27,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from flux.model.flavors import TIMESTEP_EMBED_DIM, FluxModelArgs
+from flux.model.flavors import TIMESTEP_EMBED_DIM, FluxFlavor
 from flux.model.blocks import DoubleStreamBlock, LastLayer, SingleStreamBlock
 from flux.model.embedders import MLPEmbedder, timestep_embedding
 from flux.model.latents import image_position_ids, pack_latents, text_position_ids, unpack_latents
@@ -54,7 +39,7 @@ class FluxModel(nn.Module):
 
     def __init__(
         self,
-        args: FluxModelArgs,
+        args: FluxFlavor,
         *,
         activation_checkpointing: bool = False,
         device: torch.device | str | None = None,

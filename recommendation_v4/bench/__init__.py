@@ -1,1 +1,1 @@
-"""recommendation_v4/bench: moved here from the flat layout."""
+"""Speed and memory measurements of DLRM-HSTU ("benchmark" means the MLPerf one)."""

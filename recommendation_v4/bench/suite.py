@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.run.loop import StepContext
+from common.run.task import StepContext
 from common.config.paths import DEFAULT_DATA_ROOT
 
 HISTORY_4096 = 4096
@@ -98,7 +98,7 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
                          sharding=ShardingConfig(default_sharding_type="row_wise"), sparse_optimizer=SparseOptimizerConfig())
     init_sharded_embeddings(dmp, seed=1)
     optimizer = build_optimizer(dmp=dmp, learning_rate=1e-3, betas=(0.95, 0.999), eps=1e-8, weight_decay=0.0)
-    task = DlrmTask(dmp=dmp, model=model, optimizer=optimizer, device=info.device, world_size=1, grad_clip_norm=1.0,
+    task = DlrmTask(dmp=dmp, model=model, optimizer=optimizer, device=info.device, grad_clip_norm=1.0,
                     eval_batches=lambda at: iter(()))
     return data, task
 
@@ -250,7 +250,7 @@ def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
     `longhist` at the reference's (4086 events). An evaluation's wall time is at least the model's;
     in-process batch building adds this on top of it, a worker overlaps it."""
     from common.distributed.setup import init_distributed
-    from common.run.loop import EvalPoint
+    from common.run.task import EvalPoint
     from common.data.loader import StreamingLoader
     from recommendation_v4.data_setup import EvalPlan, prepare_data
     from recommendation_v4.model.flavors import FLAVORS

@@ -87,6 +87,17 @@ def read_meta(processed_dir: str | pathlib.Path) -> dict[str, Any]:
     return meta
 
 
+def load_mapped(path: pathlib.Path, *, processed_dir: pathlib.Path) -> np.ndarray:
+    """`path` memory-mapped read-only; a missing, truncated or corrupt file is a DatasetError naming it."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as error:
+        raise schema.DatasetError(
+            f"{path}: unreadable processed array ({error}); delete {processed_dir} and relaunch to rebuild it "
+            "from the raw files (or run `python -m recommendation_v4.data.preprocess --force --dataset-dir ...`)"
+        ) from error
+
+
 @dataclasses.dataclass
 class ProcessedData:
     """Read-only memory maps of one processed dataset."""
@@ -107,7 +118,7 @@ class ProcessedData:
         meta = read_meta(directory)
 
         def load(name: str) -> np.ndarray:
-            return np.load(directory / name, mmap_mode="r")
+            return load_mapped(directory / name, processed_dir=directory)
 
         return cls(
             directory=directory,

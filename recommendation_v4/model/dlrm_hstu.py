@@ -14,7 +14,7 @@ from torchrec.modules.embedding_modules import EmbeddingCollection
 
 from recommendation_v4.data import features as F
 from recommendation_v4.data.batch import HSTUBatch
-from recommendation_v4.model.flavors import HSTUModelConfig
+from recommendation_v4.model.flavors import HSTUFlavor
 from recommendation_v4.model.encoders import PositionTimeEncoder, TimestampPostprocessor
 from recommendation_v4.model.jagged_index import offsets_from_lengths
 from recommendation_v4.model.layers import KernelModule, gated_mlp, set_kernel
@@ -65,7 +65,7 @@ class DlrmHSTU(KernelModule):
     def __init__(
         self,
         *,
-        config: HSTUModelConfig,
+        config: HSTUFlavor,
         table_rows: dict[str, int],
         tasks: tuple[Task, ...] = (LISTEN_PLUS,),
         kernel: HammerKernel = HammerKernel.PYTORCH,

@@ -8,7 +8,7 @@ from recommendation_v4.data import features as F
 
 
 @dataclasses.dataclass(frozen=True)
-class HSTUModelConfig:
+class HSTUFlavor:
     """Architecture of DLRM-HSTU. Table row counts live apart (they depend on the data)."""
 
     embedding_dim: int  # every embedding table's dim
@@ -39,12 +39,12 @@ class HSTUModelConfig:
             )
         for name in ("embedding_dim", "transducer_dim", "num_layers", "num_heads", "attn_qk_dim", "attn_linear_dim"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"HSTUModelConfig.{name} must be positive, got {getattr(self, name)}")
+                raise ValueError(f"HSTUFlavor.{name} must be positive, got {getattr(self, name)}")
 
 
-FLAVORS: dict[str, HSTUModelConfig] = {
+FLAVORS: dict[str, HSTUFlavor] = {
     # Trains in minutes on a 2-core CPU on the "small" synthetic dataset.
-    "debug": HSTUModelConfig(
+    "debug": HSTUFlavor(
         embedding_dim=32,
         transducer_dim=64,
         num_layers=2,
@@ -60,7 +60,7 @@ FLAVORS: dict[str, HSTUModelConfig] = {
     # MLPerf Training 6.1 DLRMv4 (PR #889 head): 3 STU layers, 4 heads, 128-dim qk/v, D=512,
     # 11 tables of dim 512; history 4086 = 3 pools x 1362 events, + 9 rows (uid, 7 crosses, the
     # candidate) = 4095 rows, within max_seq_len 4096.
-    "reference": HSTUModelConfig(
+    "reference": HSTUFlavor(
         embedding_dim=512,
         transducer_dim=512,
         num_layers=3,
@@ -78,3 +78,9 @@ def reference_table_rows() -> dict[str, int]:
     rows = dict(F.REFERENCE_ENTITY_ROWS)
     rows.update({c.name: c.num_embeddings for c in F.CROSS_FEATURES})
     return rows
+
+
+def get_flavor(name: str) -> HSTUFlavor:
+    if name not in FLAVORS:
+        raise KeyError(f"unknown DLRM-HSTU flavor {name!r}; known: {sorted(FLAVORS)}")
+    return FLAVORS[name]

@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from recommendation_v4.ops.kernel import HammerKernel, KernelLike, resolve_kernel
+from recommendation_v4.ops.dispatch import dispatch
+from recommendation_v4.ops.kernel import HammerKernel, KernelLike
 from recommendation_v4.ops.reference.hstu_attention import pytorch_hstu_mha
 from recommendation_v4.ops.validation import (
     check_float,
@@ -98,32 +99,23 @@ def hstu_mha(
         max_attn_len=max_attn_len,
         contextual_seq_len=contextual_seq_len,
     )
-    if resolve_kernel(kernel, device=q.device) is HammerKernel.TRITON:
-        from recommendation_v4.ops.triton.hstu_attention import triton_hstu_mha
-
-        with torch.profiler.record_function("## hstu_mha_triton ##"):
-            return triton_hstu_mha(
-                max_seq_len=max_seq_len,
-                alpha=alpha,
-                q=q,
-                k=k,
-                v=v,
-                seq_offsets=seq_offsets,
-                causal=causal,
-                num_targets=num_targets,
-                max_attn_len=max_attn_len,
-                contextual_seq_len=contextual_seq_len,
-            )
-    with torch.profiler.record_function("## hstu_mha_pytorch ##"):
-        return pytorch_hstu_mha(
-            max_seq_len=max_seq_len,
-            alpha=alpha,
-            q=q,
-            k=k,
-            v=v,
-            seq_offsets=seq_offsets,
-            causal=causal,
-            num_targets=num_targets,
-            max_attn_len=max_attn_len,
-            contextual_seq_len=contextual_seq_len,
-        )
+    args = dict(
+        max_seq_len=max_seq_len,
+        alpha=alpha,
+        q=q,
+        k=k,
+        v=v,
+        seq_offsets=seq_offsets,
+        causal=causal,
+        num_targets=num_targets,
+        max_attn_len=max_attn_len,
+        contextual_seq_len=contextual_seq_len,
+    )
+    return dispatch(
+        "hstu_mha",
+        kernel=kernel,
+        device=q.device,
+        pytorch=lambda: pytorch_hstu_mha(**args),
+        triton=lambda kernels: kernels.triton_hstu_mha(**args),
+        triton_module="hstu_attention",
+    )

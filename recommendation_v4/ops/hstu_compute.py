@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from recommendation_v4.ops.kernel import HammerKernel, KernelLike, resolve_kernel
+from recommendation_v4.ops.dispatch import dispatch, profiled
+from recommendation_v4.ops.kernel import HammerKernel, KernelLike
 from recommendation_v4.ops.layer_norm import check_norm_args, layer_norm
 from recommendation_v4.ops.reference.hstu_linear import pytorch_compute_uvqk, pytorch_ln_mul_dropout
 from recommendation_v4.ops.validation import check_probability, check_rank, check_same_device
@@ -38,7 +39,7 @@ def hstu_compute_uvqk(
         raise ValueError(f"uvqk_bias must be [{width}], got {tuple(uvqk_bias.shape)}")
     check_same_device([("x", x), ("uvqk_weight", uvqk_weight), ("uvqk_bias", uvqk_bias)])
     normed = layer_norm(x=x, weight=norm_weight, bias=norm_bias, eps=eps, kernel=kernel)
-    with torch.profiler.record_function("## hstu_uvqk_addmm ##"):
+    with profiled("hstu_uvqk_addmm"):
         # The projection is a plain GEMM: vendor BLAS is the fastest choice on both paths.
         return pytorch_compute_uvqk(
             normed_x=normed,
@@ -96,33 +97,25 @@ def ln_mul_dropout(
     _check_output_path_args(
         x=x, u=u, weight=weight, bias=bias, eps=eps, dropout_ratio=dropout_ratio, concat_ux=concat_ux, dropout_mask=dropout_mask
     )
-    if resolve_kernel(kernel, device=x.device) is HammerKernel.TRITON:
-        from recommendation_v4.ops.triton.ln_mul_dropout import triton_ln_mul_dropout
-
-        with torch.profiler.record_function("## ln_mul_dropout_triton ##"):
-            return triton_ln_mul_dropout(
-                x=x,
-                u=u,
-                weight=weight,
-                bias=bias,
-                eps=eps,
-                dropout_ratio=dropout_ratio,
-                training=training,
-                concat_ux=concat_ux,
-                dropout_mask=dropout_mask,
-            )
-    with torch.profiler.record_function("## ln_mul_dropout_pytorch ##"):
-        return pytorch_ln_mul_dropout(
-            x=x,
-            u=u,
-            weight=weight,
-            bias=bias,
-            eps=eps,
-            dropout_ratio=dropout_ratio,
-            training=training,
-            concat_ux=concat_ux,
-            dropout_mask=dropout_mask,
-        )
+    args = dict(
+        x=x,
+        u=u,
+        weight=weight,
+        bias=bias,
+        eps=eps,
+        dropout_ratio=dropout_ratio,
+        training=training,
+        concat_ux=concat_ux,
+        dropout_mask=dropout_mask,
+    )
+    return dispatch(
+        "ln_mul_dropout",
+        kernel=kernel,
+        device=x.device,
+        pytorch=lambda: pytorch_ln_mul_dropout(**args),
+        triton=lambda kernels: kernels.triton_ln_mul_dropout(**args),
+        triton_module="ln_mul_dropout",
+    )
 
 
 def hstu_compute_output(
@@ -162,5 +155,5 @@ def hstu_compute_output(
         dropout_mask=dropout_mask,
         kernel=kernel,
     )
-    with torch.profiler.record_function("## hstu_output_addmm ##"):
+    with profiled("hstu_output_addmm"):
         return torch.addmm(x, y.to(x.dtype), output_weight.to(x.dtype))

@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from recommendation_v4.ops.kernel import HammerKernel, KernelLike, resolve_kernel
+from recommendation_v4.ops.dispatch import dispatch
+from recommendation_v4.ops.kernel import HammerKernel, KernelLike
 from recommendation_v4.ops.reference.jagged import pytorch_concat_2d_jagged, pytorch_split_2d_jagged
 from recommendation_v4.ops.validation import check_offsets, check_rank, values_checkable
 
@@ -80,22 +81,18 @@ def concat_2d_jagged(
     right = _side_offsets(side="right", offsets=offsets_right, max_len=max_len_right, batch=batch, device=device)
     _check_total("left", left, values_left.shape[0])
     _check_total("right", right, values_right.shape[0])
-    if resolve_kernel(kernel, device=device) is HammerKernel.TRITON:
-        from recommendation_v4.ops.triton.jagged import triton_concat_2d_jagged
-
-        with torch.profiler.record_function("## concat_2d_jagged_triton ##"):
-            return triton_concat_2d_jagged(
-                values_left=values_left,
-                values_right=values_right,
-                offsets_left=left,
-                offsets_right=right,
-                max_len_left=max_len_left,
-                max_len_right=max_len_right,
-            )
-    with torch.profiler.record_function("## concat_2d_jagged_pytorch ##"):
-        return pytorch_concat_2d_jagged(
-            values_left=values_left, values_right=values_right, offsets_left=left, offsets_right=right
-        )
+    args = dict(values_left=values_left, values_right=values_right, offsets_left=left, offsets_right=right)
+    return dispatch(
+        "concat_2d_jagged",
+        kernel=kernel,
+        device=device,
+        pytorch=lambda: pytorch_concat_2d_jagged(**args),
+        # The kernel sizes its grid by the longest possible sequence; the reference has no grid.
+        triton=lambda kernels: kernels.triton_concat_2d_jagged(
+            **args, max_len_left=max_len_left, max_len_right=max_len_right
+        ),
+        triton_module="jagged",
+    )
 
 
 def _split_totals(
@@ -163,24 +160,16 @@ def split_2d_jagged(
     )
     _check_total("left", left, total_left)
     _check_total("right", right, total_right)
-    if resolve_kernel(kernel, device=device) is HammerKernel.TRITON:
-        from recommendation_v4.ops.triton.jagged import triton_split_2d_jagged
-
-        with torch.profiler.record_function("## split_2d_jagged_triton ##"):
-            return triton_split_2d_jagged(
-                values=values,
-                offsets_left=left,
-                offsets_right=right,
-                total_len_left=total_left,
-                total_len_right=total_right,
-                max_len_left=max_len_left,
-                max_len_right=max_len_right,
-            )
-    with torch.profiler.record_function("## split_2d_jagged_pytorch ##"):
-        return pytorch_split_2d_jagged(
-            values=values,
-            offsets_left=left,
-            offsets_right=right,
-            total_len_left=total_left,
-            total_len_right=total_right,
-        )
+    args = dict(
+        values=values, offsets_left=left, offsets_right=right, total_len_left=total_left, total_len_right=total_right
+    )
+    return dispatch(
+        "split_2d_jagged",
+        kernel=kernel,
+        device=device,
+        pytorch=lambda: pytorch_split_2d_jagged(**args),
+        triton=lambda kernels: kernels.triton_split_2d_jagged(
+            **args, max_len_left=max_len_left, max_len_right=max_len_right
+        ),
+        triton_module="jagged",
+    )

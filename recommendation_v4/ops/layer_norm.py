@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from recommendation_v4.ops.kernel import HammerKernel, KernelLike, resolve_kernel
+from recommendation_v4.ops.dispatch import dispatch
+from recommendation_v4.ops.kernel import HammerKernel, KernelLike
 from recommendation_v4.ops.reference.layer_norm import pytorch_layer_norm, pytorch_swish_layer_norm
 from recommendation_v4.ops.validation import check_float, check_same_device
 
@@ -38,20 +39,21 @@ def _norm(
     kernel: KernelLike,
 ) -> torch.Tensor:
     check_norm_args(x=x, weight=weight, bias=bias, eps=eps)
-    if resolve_kernel(kernel, device=x.device) is HammerKernel.TRITON:
-        from recommendation_v4.ops.triton.layer_norm import triton_layer_norm, triton_swish_layer_norm
 
-        with torch.profiler.record_function("## layer_norm_triton ##"):
-            flat = x.reshape(-1, x.shape[-1])
-            if swish:
-                out = triton_swish_layer_norm(x=flat, weight=weight, bias=bias, eps=eps)
-            else:
-                out = triton_layer_norm(x=flat, weight=weight, bias=bias, eps=eps)
-            return out.view(x.shape)
-    with torch.profiler.record_function("## layer_norm_pytorch ##"):
-        if swish:
-            return pytorch_swish_layer_norm(x=x, weight=weight, bias=bias, eps=eps)
-        return pytorch_layer_norm(x=x, weight=weight, bias=bias, eps=eps)
+    def triton(kernels):
+        # The kernels take [rows, D]: leading dims are flattened into rows and restored after.
+        norm = kernels.triton_swish_layer_norm if swish else kernels.triton_layer_norm
+        return norm(x=x.reshape(-1, x.shape[-1]), weight=weight, bias=bias, eps=eps).view(x.shape)
+
+    reference = pytorch_swish_layer_norm if swish else pytorch_layer_norm
+    return dispatch(
+        "layer_norm",
+        kernel=kernel,
+        device=x.device,
+        pytorch=lambda: reference(x=x, weight=weight, bias=bias, eps=eps),
+        triton=triton,
+        triton_module="layer_norm",
+    )
 
 
 def layer_norm(

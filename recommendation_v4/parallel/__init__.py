@@ -1,1 +1,1 @@
-"""recommendation_v4/parallel: moved here from the flat layout."""
+"""DLRM-HSTU's parallelism: sharding, resharding on resume, qcomms, the train pipeline, table init."""

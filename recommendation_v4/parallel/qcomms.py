@@ -29,7 +29,7 @@ from fbgemm_gpu.split_embedding_configs import SparseType
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig, get_qcomm_codecs_registry
 from torchrec.distributed.types import CommOp, QuantizedCommCodecs
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 
 COMM_PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

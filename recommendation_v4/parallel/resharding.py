@@ -1,27 +1,10 @@
 """Resuming under another sharding plan: the checkpoint's RowWiseAdagrad state against this plan's.
 
-DCP re-shards tensors as it loads them, so embedding weights move freely between plans (row_wise
-<-> table_wise <-> column_wise, other ranks, another world size). The fused RowWiseAdagrad state
-does not: fbgemm keeps one accumulator per row of each *column shard* (the sum over steps of the
-mean of g^2 over the shard's own columns), so a table split into k column shards has a (k * rows,)
-accumulator where a row-wise or table-wise one has (rows,). DCP stops at the first such tensor with
-a size mismatch inside its collective load, and every older checkpoint of the run fails the same
-way. `adapt_sparse_optimizer_state` (the task's `adapt_checkpoint`, called by
-`common.checkpoint.manager.CheckpointManager.load_latest` before each candidate loads) finds every such
-table from the checkpoint's DCP metadata first and, per
-`recommendation_v4.ShardingConfig.sparse_optimizer_on_reshard`:
-
-    "fail"     (default) one line naming the tables, both layouts and the ways out
-    "convert"  loads the saved accumulators and maps them onto the new layout, said per table:
-               toward one accumulator per row (row_wise, table_wise, a single column shard) it is
-               the mean of the saved column shards' accumulators: exact, as they are means over
-               equal numbers of columns; toward k > 1 column shards each shard starts from the row's
-               value: an estimate, since each shard's own history is the mean over its columns only
-    "reset"    loads the weights and restarts those tables' accumulators from zero (as a fresh run
-               does), so their first updates are again full-size Adagrad steps
-
-The same look also turns a table whose size changed (another dataset, cross_table_rows or
-embedding_dim) into one line instead of DCP's size mismatch.
+- DCP re-shards embedding weights itself; the fused RowWiseAdagrad accumulators (one per row of
+  each column shard) do not fit another plan, so `adapt_sparse_optimizer_state` (the task's
+  `adapt_checkpoint`) finds those tables from the DCP metadata before the load.
+- `recommendation_v4.ShardingConfig.sparse_optimizer_on_reshard`: "fail" (one line), "convert"
+  or "reset"; what each does is in README.md beside this file.
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from common.checkpoint.manager import AdaptedLoad
 from common.checkpoint.payload import encode_tree
 from common.distributed.collectives import max_over_ranks, world_rank
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 
 logger = logging.getLogger(__name__)
 

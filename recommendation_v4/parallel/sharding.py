@@ -28,7 +28,7 @@ from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from common.config.gin_files import ConfigError, require, require_choice, require_number
+from common.config.checks import ConfigError, require, require_choice, require_number
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.parallel.qcomms import COMM_PRECISIONS, embedding_qcomm_codecs, lowest_comm_precision
 from recommendation_v4.parallel.resharding import RESHARD_POLICIES

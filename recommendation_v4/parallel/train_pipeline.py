@@ -1,25 +1,10 @@
 """TorchRec's TrainPipelineSparseDist for DLRM-HSTU, driven one step at a time by the common loop.
 
-The pipeline keeps three batches in flight: it trains batch i while the input all-to-all of the
-EmbeddingCollection (ids and lengths to the ranks that own the rows) runs for batch i+1 and batch
-i+2 is copied to the device, each on its own CUDA stream. It does that by tracing the model with
-torch.fx, finding the sharded EmbeddingCollection called on `batch.features` (DlrmHSTU.forward keeps
-that call traceable) and swapping its forward for one that picks up the all-to-all started ahead.
-
-How it fits `common.run.loop.TrainLoop`: `PipelinedDlrmTask.train_next` is the loop's BatchPullingTask
-hook. The loop hands over the window's `(index, batch)` iterator; the pipeline pulls from it
-through `_Feed`, which remembers the index of every batch pulled, so each step reports the index of
-the batch it trained (the loop's position, and a checkpoint's, counts trained batches; the two
-batches pulled ahead are not trained and are read again after a resume). Anything else that runs
-the model (evaluation) first calls `pause`: the pipeline's swapped forwards are undone and the
-batches it pulled but did not train go back to the front of the feed, so training continues with
-exactly the batches, in exactly the order, that the plain loop would train.
-
-Per step, as in `DlrmTask.train_step`: the global max sequence length all-reduce (in the forward the
-pipeline calls), the loss, backward with the fused RowWiseAdagrad, dense gradient clipping (in the
-optimizer the pipeline steps) and the logged loss averaged over the ranks. On a GPU the batches are
-pinned (page-locked) on the host as they are pulled, which the asynchronous host-to-device copy on
-the pipeline's stream needs to overlap with compute.
+- `PipelinedDlrmTask.train_next` is the loop's `BatchPullingTask` hook: three batches in flight,
+  each step reports the index of the batch it trained, so the loop's position counts trained batches.
+- Evaluation first calls `pause`: pulled, untrained batches go back to the front of the feed, so
+  training sees exactly the batches, in the order, that the plain loop would.
+- How it traces the model and overlaps the all-to-all: README.md beside this file.
 """
 
 from __future__ import annotations
@@ -35,8 +20,7 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.distributed.train_pipeline.runtime_forwards import PipelinedForward
 from torchrec.optim.keyed import CombinedOptimizer
 
-from common.distributed.collectives import all_reduce_mean
-from common.run.loop import EvalOutput, EvalPoint, StepContext, StepOutput
+from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.task import DlrmTask, global_max_sequence_length
@@ -190,7 +174,7 @@ class PipelinedDlrmTask(DlrmTask):
     def train_next(self, batches: Iterator[tuple[int, HSTUBatch]], step: StepContext) -> tuple[int, StepOutput]:
         self.dmp.train()
         index, trained, waited = self.pipeline.step(batches)
-        return index, StepOutput(loss=all_reduce_mean(trained.loss), samples=trained.batch.batch_size * self.world_size,
+        return index, StepOutput(loss=trained.loss, samples=trained.batch.batch_size,
                                  sample_ids=trained.batch.sample_ids, data_wait_s=waited)
 
     def train_step(self, batch: HSTUBatch, step: StepContext) -> StepOutput:

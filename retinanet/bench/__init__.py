@@ -1,1 +1,1 @@
-"""retinanet/bench: moved here from the flat layout."""
+"""Speed measurements of RetinaNet ("benchmark" means the MLPerf one)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from retinanet.model.flavors import FLAVORS
 
 BINDING = "retinanet.TrainConfig.backbone_weights"

@@ -12,8 +12,10 @@ from common.mlperf.compliance import check_log
 from common.config.gin_files import load_gin
 from common.mlperf.tracker import MLPerfTracker
 from common.run.settings import Submission
+from common.run.schedule import TrainingSchedule
 from flux.mllog_recipe import mllog_hyperparameters
 from flux.run_config import TrainConfig
+from flux.schedule import eval_interval_steps
 from tests.trainers.trainer_process import REPO
 
 FLUX_SCHNELL_GIN = REPO / "flux" / "configs" / "flux_schnell.gin"
@@ -36,11 +38,13 @@ def _log(tmp_path, cfg: TrainConfig, *, world_size: int, losses: list[float]):
     tracker.cache_clear()
     tracker.init_start()
     tracker.submission(org=submission.org, platform=submission.platform, division="closed", status="onprem")
-    tracker.hyperparameters(mllog_hyperparameters(cfg=cfg, world_size=world_size, train_samples=TRAIN_SAMPLES,
-                                                  eval_samples=EVAL_SAMPLES, seed=1, config_file=FLUX_SCHNELL_GIN.name,
-                                                  parallelism="fsdp"))
+    schedule = TrainingSchedule(windows=[0], global_batch_size=cfg.global_batch_size,
+                                local_batch_size=cfg.global_batch_size // world_size, train_samples=TRAIN_SAMPLES,
+                                description="", eval_every_steps=eval_interval_steps(cfg))
+    tracker.hyperparameters(mllog_hyperparameters(cfg=cfg, schedule=schedule, eval_samples=EVAL_SAMPLES, seed=1,
+                                                  config_file=FLUX_SCHNELL_GIN.name))
     tracker.run_start()
-    interval = cfg.eval_every_steps() * cfg.global_batch_size
+    interval = eval_interval_steps(cfg) * cfg.global_batch_size
     for block, loss in enumerate(losses):
         tracker.block_start(samples_count=block * interval)
         tracker.block_stop(samples_count=(block + 1) * interval)
@@ -53,13 +57,13 @@ def _log(tmp_path, cfg: TrainConfig, *, world_size: int, losses: list[float]):
 
 
 def test_the_reference_block_passes_the_closed_rules(recipe, tmp_path):
-    assert (recipe.global_batch_size, recipe.eval_every_steps()) == (512, 512)  # 262,144 samples
+    assert (recipe.global_batch_size, eval_interval_steps(recipe)) == (512, 512)  # 262,144 samples
     assert check_log(_log(tmp_path, recipe, world_size=32, losses=[0.71, 0.62, 0.585]), ruleset="6.1.0") == []
 
 
 def test_a_batch_size_that_does_not_divide_the_interval_rounds_it_up(recipe, tmp_path):
     cfg = TrainConfig(**{**recipe.__dict__, "global_batch_size": 768})
-    assert cfg.eval_every_steps() == math.ceil(262144 / 768) == 342
+    assert eval_interval_steps(cfg) == math.ceil(262144 / 768) == 342
     assert check_log(_log(tmp_path, cfg, world_size=48, losses=[0.6, 0.58]), ruleset="6.1.0") == []
 
 

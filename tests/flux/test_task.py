@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.run.loop import EvalPoint, StepContext
+from common.run.task import EvalPoint, StepContext
 from common.randomness.streams import RandomStreams
 from flux.data import layout
 from flux.data.splits import open_splits

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import gin
 import numpy as np
 import pytest
 import torch
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.setup import DistInfo
 from common.data.time_windows import TimeWindows
 from recommendation_v4.data import layout
@@ -25,8 +26,9 @@ TINY = layout.synthetic_dataset_name("tiny", 0)
 
 @pytest.fixture
 def private_root(tiny_data_root: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
-    """A copy of the tiny dataset (raw and processed) this test may change."""
-    shutil.copytree(tiny_data_root / TINY, tmp_path / TINY)
+    """A copy of the tiny dataset (raw and processed) this test may change, without the window index
+    that trainer runs on the shared copy leave behind (these tests watch it being built)."""
+    shutil.copytree(tiny_data_root / TINY, tmp_path / TINY, ignore=shutil.ignore_patterns(WINDOW_INDEX_DIR))
     return tmp_path
 
 
@@ -105,3 +107,21 @@ def test_a_missing_build_is_made_with_the_configured_test_day(private_root: path
     assert set((data.eval.anchor_timestamps() // 86_400).tolist()) == {4}
     out = capsys.readouterr().out
     assert f"[data] preprocessing {dataset_dir} (not built yet)" in out and "--test-day 4" in out
+
+
+def test_a_truncated_processed_array_exits_3_in_one_line_naming_it(private_root: pathlib.Path, tmp_path, capsys) -> None:
+    from recommendation_v4.train import main
+    from tests.recommendation_v4.trainer_runs import REPO, tiny_bindings
+
+    column = layout.processed_dir(private_root / TINY) / fmt.EVENTS_DIR / f"{next(iter(fmt.EVENT_COLUMNS))}.npy"
+    column.write_bytes(column.read_bytes()[: column.stat().st_size // 2])  # a copy cut short
+    args = ["--gin_config", str(REPO / "recommendation_v4" / "configs" / "debug.gin")]
+    for binding in tiny_bindings(data_root=private_root, output_root=tmp_path / "out", run_name="cut", max_steps=1):
+        args += ["--gin_bindings", binding]
+    try:
+        assert main(args) == 3
+    finally:
+        gin.clear_config()  # the next tests build their configs from a clean slate
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"data error: {column}: unreadable processed array"), err
+    assert f"delete {layout.processed_dir(private_root / TINY)} and relaunch" in err[0]

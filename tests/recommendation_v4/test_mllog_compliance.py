@@ -11,12 +11,14 @@ import gin
 import pytest
 
 from common.mlperf.compliance import check_log
-from common.config.gin_files import ConfigError, load_gin
+from common.config.checks import ConfigError
+from common.config.gin_files import load_gin
 from common.mlperf.tracker import MLPerfTracker
 from common.run.settings import Submission
-from recommendation_v4.mllog_recipe import mllog_hyperparameters, plan_schedule
+from recommendation_v4.mllog_recipe import mllog_hyperparameters
 from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.run_config import StreamingConfig, TrainConfig
+from recommendation_v4.schedule import dlrm_schedule
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 from tests.recommendation_v4.trainer_runs import REPO
 
@@ -33,7 +35,7 @@ def _reference_log(tmp_path, bindings: list[str] = ()) -> tuple[object, object]:
     mcfg = FLAVORS[cfg.flavor]
     # Yambda-5b's 300 daily windows are not here; one window holding all its train samples gives
     # the same schedule arithmetic (the rules see only the total and the grid)
-    schedule = plan_schedule(cfg=cfg, stream=stream, sizes={0: REFERENCE_TRAIN_SAMPLES})
+    schedule = dlrm_schedule(cfg=cfg, stream=stream, sizes={0: REFERENCE_TRAIN_SAMPLES}, local_batch_size=cfg.global_batch_size)
     values = mllog_hyperparameters(cfg=cfg, mcfg=mcfg, sparse=sparse, stream=stream, sharding=ShardingConfig(), schedule=schedule,
                                    eval_samples=REFERENCE_EVAL_SAMPLES, seed=1, config_file=YAMBDA_5B_GIN.name)
     gin.clear_config()
@@ -77,7 +79,7 @@ def test_a_tuned_batch_size_gets_the_first_eval_the_rules_derive(tmp_path, globa
         f"recommendation_v4.SparseOptimizerConfig.learning_rate = {1e-6 * global_batch_size / 8192!r}",
     ])
     if grid_point is not None:
-        assert schedule.first_eval_grid_point == grid_point
+        assert schedule.first_eval_step // schedule.eval_every_steps == grid_point
     assert check_log(log, ruleset="6.1.0") == []  # the checker's own FIRST_CHECK on the first eval
 
 
@@ -88,14 +90,14 @@ def test_a_fixed_grid_point_fails_the_rules_once_the_batch_size_changes(tmp_path
         "recommendation_v4.SparseOptimizerConfig.learning_rate = 2e-6",
         "recommendation_v4.StreamingConfig.first_eval_at_grid_point = 25",  # right for 8192 only
     ])
-    assert schedule.first_eval_grid_point == 25
+    assert schedule.first_eval_step // schedule.eval_every_steps == 25
     failures = check_log(log, ruleset="6.1.0")
     assert [key for key, _ in failures] == ["eval_accuracy"], failures
 
 
 def test_closed_rules_without_an_eval_grid_is_a_config_error():
     with pytest.raises(ConfigError, match=r'first_eval_at_grid_point="closed_rules" needs an eval grid'):
-        plan_schedule(cfg=TrainConfig(), stream=StreamingConfig(first_eval_at_grid_point="closed_rules"),
+        dlrm_schedule(cfg=TrainConfig(), stream=StreamingConfig(first_eval_at_grid_point="closed_rules"), local_batch_size=128,
                       sizes={0: 1000})
     with pytest.raises(ConfigError, match="first_eval_at_grid_point"):
         StreamingConfig(first_eval_at_grid_point="closed")

@@ -7,11 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
+import gin
 import pytest
 
 from retinanet.data import layout
 from retinanet.data.coco_annotations import load_coco_detection_index
 from tests.retinanet.trainer_runs import run_trainer, tiny_bindings
+from tests.trainers.trainer_process import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -51,3 +53,32 @@ def test_skip_bad_files_trains_on_and_counts_them(damaged_data_root, tmp_path) -
     assert summary["steps"] == 4 and summary["skipped_files"] == 2
     assert sorted(summary["skipped_examples"]) == sorted(str(p) for p in bad)
     assert "2 file(s) skipped" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda text: text[: len(text) // 2], "not valid JSON"),  # cut short, as a full disk or a killed copy leaves it
+        (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "images"}), "images"),
+    ],
+    ids=["truncated", "incomplete"],
+)
+def test_a_broken_annotations_file_exits_3_in_one_line_naming_it(tiny_dataset_dir: Path, tmp_path, damage, said,
+                                                                 capsys) -> None:
+    from retinanet.train import main
+
+    dataset_dir = tmp_path / "data" / "retinanet" / "synthetic-tiny-seed0"
+    shutil.copytree(tiny_dataset_dir, dataset_dir)
+    annotations = layout.split_paths(dataset_dir, layout.TRAIN_SPLIT).annotations_file
+    annotations.write_text(damage(annotations.read_text()))
+    bindings = _bindings(tmp_path / "data", tmp_path / "out", "broken") + ["retinanet.DataConfig.generate_if_missing = False"]
+    args = ["--gin_config", str(REPO / "retinanet" / "configs" / "debug.gin")]
+    for binding in bindings:
+        args += ["--gin_bindings", binding]
+    try:
+        assert main(args) == 3
+    finally:
+        gin.clear_config()  # the next tests build their configs from a clean slate
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"data error: {annotations}") and said in err[0], err
+

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.distributed.setup import DistInfo
 from retinanet.data_setup import MissingDatasetError, dataset_dir_for, materialise, prepare_data
 from retinanet.model.flavors import FLAVORS

@@ -8,7 +8,9 @@ import gin
 import pytest
 import torch
 
-from common.config.gin_files import ConfigError, load_gin
+from common.config.checks import ConfigError
+
+from common.config.gin_files import load_gin
 from common.run.settings import RunConfig
 from retinanet.run_config import DataConfig as RetinaNetDataConfig
 from retinanet.run_config import TrainConfig as RetinaNetTrainConfig
@@ -65,7 +67,7 @@ def test_a_missing_gin_file_fails_at_start(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_flavor_overrides_and_gpu_only_settings_are_checked() -> None:
-    with pytest.raises(ConfigError, match="flavor='huge' is not one of"):
+    with pytest.raises(ConfigError, match=r"retinanet.TrainConfig.flavor must be one of \[.*\], got 'huge'"):
         RetinaNetTrainConfig(flavor="huge").model()
     with pytest.raises(ConfigError, match="model_overrides=.*no_such_field"):
         RetinaNetTrainConfig(model_overrides={"no_such_field": 1}).model()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.run.loop import EvalPoint, StepContext
+from common.run.task import EvalPoint, StepContext
 from retinanet.data import layout
 from retinanet.data.batch import SkippedSample, collate_detection_samples
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
@@ -34,7 +34,7 @@ def _task(dataset_dir: Path, *, eval_batches=lambda at: iter(())) -> RetinaNetTa
         module=module,
         optimizer=torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=1e-3),
         device=torch.device("cpu"),
-        global_batch_size=4,
+        local_batch_size=4,
         evaluator=CocoDetectionEvaluator(validation.annotations_file, categories=validation.categories),
         eval_batches=eval_batches,
     )

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
+import random
+import socket
 import subprocess
+import tempfile
 import time
 from typing import Callable
 
@@ -14,8 +18,6 @@ from tests.trainers.trainer_process import REPO
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm" / "local_cluster.sh"
 TRAIN_SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
-CLUSTER_ROOT = pathlib.Path(os.environ.get("MLPERF_SLURM_TEST_ROOT", "/tmp/mlperf-slurm-tests"))
-CLUSTER_PORT = 16917  # slurmctld; the emulated nodes n1, n2 take the next two
 TERMINAL_STATES = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                    "PREEMPTED"}
 # what a job must not inherit from the shell pytest runs in (a developer's torchrun or Slurm session)
@@ -29,8 +31,48 @@ def slurm_required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get("MLPERF_REQUIRE_SLURM") == "1"
 
 
+def _ports_free(first: int, count: int) -> bool:
+    for port in range(first, first + count):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@functools.lru_cache(maxsize=1)
+def cluster_location() -> tuple[pathlib.Path, int]:
+    """This test session's cluster: its own directory and three free ports (slurmctld, then the nodes
+    n1 and n2), so two suites on one host never share or tear down each other's cluster.
+    $MLPERF_SLURM_TEST_ROOT / $MLPERF_SLURM_TEST_PORT pin them."""
+    pinned_root, pinned_port = os.environ.get("MLPERF_SLURM_TEST_ROOT"), os.environ.get("MLPERF_SLURM_TEST_PORT")
+    if pinned_root:
+        root = pathlib.Path(pinned_root)
+    else:
+        # short (the munge socket path has a length limit) and traversable by the munge user
+        root = pathlib.Path(tempfile.mkdtemp(prefix="mlperf-slurm-", dir="/tmp"))
+        root.chmod(0o755)
+    if pinned_port:
+        return root, int(pinned_port)
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(200):
+        port = rng.randrange(20000, 60000)
+        if _ports_free(port, 3):
+            return root, port
+    raise RuntimeError("no three consecutive free ports for the local Slurm cluster")
+
+
 def cluster_env() -> dict:
-    return {**os.environ, "SLURM_LOCAL_ROOT": str(CLUSTER_ROOT), "SLURM_LOCAL_PORT": str(CLUSTER_PORT)}
+    root, port = cluster_location()
+    return {**os.environ, "SLURM_LOCAL_ROOT": str(root), "SLURM_LOCAL_PORT": str(port)}
 
 
 @dataclasses.dataclass
@@ -41,6 +83,9 @@ class Slurm:
         env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
         # one intra-op thread per rank: the emulated nodes share this machine's cores
         env.update({"SLURM_CONF": str(self.conf), "OMP_NUM_THREADS": "1", "CLUSTER_PROFILE": "cpu"})
+        # a rendezvous port of each job's own: train.sbatch's default (20000 + job id) is the same in
+        # another suite's cluster on this host, whose job ids count from 1 too
+        env["MASTER_PORT"] = str(free_port())
         env.update(extra or {})
         return env
 

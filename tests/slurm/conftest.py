@@ -1,8 +1,8 @@
 """A real Slurm for the tests of scripts/slurm/: two emulated nodes on this machine.
 
-The session fixture `slurm` starts the local cluster of scripts/slurm/local_cluster.sh (its own
-directory and ports, so a cluster a developer started by hand is left alone) and always stops
-it again. Where it cannot start (not root, or Slurm not installed and not installable) the
+The session fixture `slurm` starts the local cluster of scripts/slurm/local_cluster.sh in a
+directory and on ports of this session's own (`cluster_location`), so a cluster a developer
+started by hand, or another suite's on the same host, is left alone; it always stops it again. Where it cannot start (not root, or Slurm not installed and not installable) the
 tests skip with one line saying why; in CI (CI=true, or MLPERF_REQUIRE_SLURM=1 as .ci/run
 exports) that is an error instead. Every wait has a deadline, and a test's jobs are cancelled
 when it ends.
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from tests.slurm.cluster import CLUSTER_ROOT, CLUSTER_SCRIPT, Slurm, cluster_env, slurm_required
+from tests.slurm.cluster import CLUSTER_SCRIPT, Slurm, cluster_env, cluster_location, slurm_required
 from tests.trainers.trainer_process import REPO
 
 
@@ -36,7 +36,7 @@ def slurm(request) -> Slurm:
         if slurm_required():
             pytest.fail(f"{message}; CI requires the Slurm tests (CI=true / MLPERF_REQUIRE_SLURM=1)", pytrace=False)
         pytest.skip(message)
-    return Slurm(conf=CLUSTER_ROOT / "slurm.conf")
+    return Slurm(conf=cluster_location()[0] / "slurm.conf")
 
 
 @dataclasses.dataclass

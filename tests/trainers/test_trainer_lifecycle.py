@@ -22,6 +22,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import gin
 import pytest
@@ -130,6 +131,41 @@ def test_sigterm_to_the_process_group_saves_and_exits_0(trainer: TrainerUnderTes
     assert "[compliance]" in log and "preempted, goes on after a relaunch: " in log
     trained = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r]
     _check_load_profile(run_dir, steps=len(trained), world_size=1)  # written at preemption too
+
+
+def test_a_signal_before_training_is_answered_at_the_first_step_with_a_checkpoint(trainer: TrainerUnderTest, data_roots,
+                                                                                 tmp_path):
+    """A signal during data preparation or the build (as a preemption notice can come at any time) is not lost:
+    the run skips the untrained evaluation, trains one step, saves and exits 0, so a relaunch gets further.
+    SIGUSR1 (Slurm's notice) for FLUX.1, whose untrained evaluation a lost signal used to die in; SIGTERM for the others."""
+    signum = signal.SIGUSR1 if trainer.package == "flux" else signal.SIGTERM
+    run_dir = tmp_path / trainer.package / "early"
+    cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
+                          bindings=trainer.short_run(data_roots[trainer.package], tmp_path, "early"))
+    proc = start_command(cmd, log_path=tmp_path / "early.log")
+    deadline = time.monotonic() + 300
+    while "[data]" not in (tmp_path / "early.log").read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signum)  # the build is under way: the loop has not started
+    assert proc.wait(timeout=300) == 0, (tmp_path / "early.log").read_text()[-4000:]
+    log = (tmp_path / "early.log").read_text()
+    assert "[preempt] stop requested: leaving at step 1 (checkpoint saved)" in log and "Traceback" not in log, log[-3000:]
+    assert "[eval] untrained" not in log
+    saves = [r for r in read_metrics(run_dir / "metrics.jsonl") if "checkpoint" in r]
+    assert [(s["step"], s["reason"]) for s in saves] == [(1, "preemption")]
+
+
+def test_a_full_checkpoint_disk_exits_5_in_one_line(trainer: TrainerUnderTest, data_roots, tmp_path, small_tmpfs):
+    (small_tmpfs / "filler").write_bytes(bytes(500 << 10))  # 12 KiB left: no checkpoint of a model fits
+    bindings = trainer.short_run(data_roots[trainer.package], tmp_path, "full") + [
+        f'common.CheckpointPolicy.path = "{small_tmpfs / "ckpt"}"', "common.CheckpointPolicy.every_n_steps = 1",
+        "common.RunConfig.max_steps = 2"]
+    cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1, bindings=bindings)
+    proc = run_command(cmd, timeout=300, expect_returncode=5, env=_env(tmp_path))
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("checkpoint error: checkpoint step_000000001 could not be written under "
+                                              f"{small_tmpfs / 'ckpt'}: no space left on device"), err
+    assert sorted(p.name for p in (small_tmpfs / "ckpt").iterdir()) == []  # nothing half-written stays
 
 
 @pytest.mark.multiprocess
@@ -247,11 +283,14 @@ def _ruleset(trainer: TrainerUnderTest) -> str:
 
 
 def test_the_first_screen_has_no_library_warnings(trainer: TrainerUnderTest, data_roots, tmp_path):
-    """What a new user reads before the first training line: our own lines only."""
-    bindings = trainer.short_run(data_roots[trainer.package], tmp_path, "screen") + ["common.RunConfig.max_steps = 1"]
-    cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1, bindings=bindings)
-    proc = subprocess.run(cmd, cwd=REPO, env=trainer_env({**_env(tmp_path), "PYTHONWARNINGS": ""}),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    noise = [line for line in (proc.stdout + proc.stderr).splitlines() if not line.startswith("[")]
-    assert noise == [], noise
+    """What a new user reads before the first training line, on a fresh start and on a resume: our own lines only."""
+    bindings = trainer.short_run(data_roots[trainer.package], tmp_path, "screen") + ["common.CheckpointPolicy.every_n_steps = 1"]
+    env = trainer_env({**_env(tmp_path), "PYTHONWARNINGS": ""})
+    for steps, start in ((1, "fresh"), (2, "resumed")):
+        cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
+                              bindings=bindings + [f"common.RunConfig.max_steps = {steps}"])
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (start == "resumed") == ("[resume]" in proc.stdout), proc.stdout[-2000:]
+        noise = [line for line in (proc.stdout + proc.stderr).splitlines() if not line.startswith("[")]
+        assert noise == [], (start, noise)

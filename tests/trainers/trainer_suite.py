@@ -29,7 +29,7 @@ class TrainerUnderTest:
 
 COMMON_BAD_BINDINGS = (
     ("common.RunConfig.max_steps = -1", "common.RunConfig.max_steps must be an int >= 0, got -1"),
-    ("common.CheckpointPolicy.keep_last_n = 0", "common.CheckpointPolicy.keep_last_n must be >= 1, got 0"),
+    ("common.CheckpointPolicy.keep_last_n = 0", "common.CheckpointPolicy.keep_last_n must be an int >= 1, got 0"),
 )
 
 
@@ -112,7 +112,7 @@ DLRM = TrainerUnderTest(
         ("recommendation_v4.TrainConfig.global_batch_size = 0",
          "recommendation_v4.TrainConfig.global_batch_size must be an int >= 1, got 0"),
         ('recommendation_v4.TrainConfig.flavor = "huge"',
-         "recommendation_v4.TrainConfig.flavor='huge' is not one of ['debug', 'reference']"),
+         "recommendation_v4.TrainConfig.flavor must be one of ['debug', 'reference'], got 'huge'"),
     ),
     missing_data=(
         ['recommendation_v4.DataConfig.dataset = "yambda-50m"'],
@@ -273,7 +273,7 @@ FLUX = TrainerUnderTest(
     bad_bindings=COMMON_BAD_BINDINGS + (
         ("flux.TrainConfig.no_such_setting = 3", "flux.TrainConfig.no_such_setting"),
         ("flux.TrainConfig.cfg_dropout = 1.5", "flux.TrainConfig.cfg_dropout must be in [0, 1], got 1.5"),
-        ('flux.TrainConfig.flavor = "flux-huge"', "flux.TrainConfig.flavor='flux-huge' is not one of"),
+        ('flux.TrainConfig.flavor = "flux-huge"', "flux.TrainConfig.flavor must be one of ["),
     ),
     missing_data=(
         ['flux.DataConfig.dataset = "mlcommons"', "flux.DataConfig.generate_if_missing = False"],

@@ -123,6 +123,28 @@ def _row_range(
 
 
 @triton.jit
+def _tile(X, seq_start, head, stride_m, stride_h, rows, cols, seq_len, dim):
+    # Every kernel addresses its [L, H, dim] tensors through here, so loads and stores agree;
+    # the mask is needed because blocks overhang both the sequence's end and the head dim.
+    ptrs = X + seq_start * stride_m + head * stride_h + rows[:, None] * stride_m + cols[None, :]
+    return ptrs, (rows[:, None] < seq_len) & (cols[None, :] < dim)
+
+
+@triton.jit
+def _load_tile(X, seq_start, head, stride_m, stride_h, rows, cols, seq_len, dim):
+    # Zeros outside the sequence and head dim keep padded rows and columns out of every dot.
+    ptrs, in_bounds = _tile(X, seq_start, head, stride_m, stride_h, rows, cols, seq_len, dim)
+    return tl.load(ptrs, mask=in_bounds, other=0.0)
+
+
+@triton.jit
+def _store_tile(X, tile, seq_start, head, stride_m, stride_h, rows, cols, seq_len, dim):
+    # Tiles accumulate in fp32; the tensor keeps the inputs' dtype.
+    ptrs, in_bounds = _tile(X, seq_start, head, stride_m, stride_h, rows, cols, seq_len, dim)
+    tl.store(ptrs, tile.to(X.dtype.element_ty), mask=in_bounds)
+
+
+@triton.jit
 def _hstu_attn_fwd(
     Q, K, V, Out, K_desc, V_desc,
     seq_offsets, num_targets, seq_order,
@@ -154,12 +176,7 @@ def _hstu_attn_fwd(
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_dq = tl.arange(0, BLOCK_D_Q)
         offs_dv = tl.arange(0, BLOCK_D_V)
-        row_ok = offs_m[:, None] < seq_len
-        q = tl.load(
-            Q + seq_start * stride_qm + head * stride_qh + offs_m[:, None] * stride_qm + offs_dq[None, :],
-            mask=row_ok & (offs_dq[None, :] < dim_qk),
-            other=0.0,
-        )
+        q = _load_tile(Q, seq_start, head, stride_qm, stride_qh, offs_m, offs_dq, seq_len, dim_qk)
         lo, hi = _column_range(
             start_m, seq_len, n_targets, contextual_seq_len, max_attn_len,
             CAUSAL, HAS_TARGETS, HAS_CONTEXTUAL, HAS_WINDOW, BLOCK_M, BLOCK_N,
@@ -172,17 +189,8 @@ def _hstu_attn_fwd(
                 k = K_desc.load([(seq_start + start_n).to(tl.int32), head * dim_qk])
                 v = V_desc.load([(seq_start + start_n).to(tl.int32), head * dim_v])
             else:
-                col_ok = offs_n[:, None] < seq_len
-                k = tl.load(
-                    K + seq_start * stride_km + head * stride_kh + offs_n[:, None] * stride_km + offs_dq[None, :],
-                    mask=col_ok & (offs_dq[None, :] < dim_qk),
-                    other=0.0,
-                )
-                v = tl.load(
-                    V + seq_start * stride_vm + head * stride_vh + offs_n[:, None] * stride_vm + offs_dv[None, :],
-                    mask=col_ok & (offs_dv[None, :] < dim_v),
-                    other=0.0,
-                )
+                k = _load_tile(K, seq_start, head, stride_km, stride_kh, offs_n, offs_dq, seq_len, dim_qk)
+                v = _load_tile(V, seq_start, head, stride_vm, stride_vh, offs_n, offs_dv, seq_len, dim_v)
             scores = _dot(q, tl.trans(k), INPUT_PRECISION, UPCAST_DOT) * alpha
             visible = _visible(
                 offs_m, offs_n, seq_len, n_targets, contextual_seq_len, max_attn_len,
@@ -190,11 +198,7 @@ def _hstu_attn_fwd(
             )
             weights = tl.where(visible, scores * tl.sigmoid(scores) * inv_max_seq_len, 0.0)
             acc += _dot(weights.to(v.dtype), v, INPUT_PRECISION, UPCAST_DOT)
-        tl.store(
-            Out + seq_start * stride_om + head * stride_oh + offs_m[:, None] * stride_om + offs_dv[None, :],
-            acc.to(Out.dtype.element_ty),
-            mask=row_ok & (offs_dv[None, :] < dim_v),
-        )
+        _store_tile(Out, acc, seq_start, head, stride_om, stride_oh, offs_m, offs_dv, seq_len, dim_v)
 
 
 @triton.jit
@@ -251,17 +255,8 @@ def _hstu_attn_bwd_dq(
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_dq = tl.arange(0, BLOCK_D_Q)
         offs_dv = tl.arange(0, BLOCK_D_V)
-        row_ok = offs_m[:, None] < seq_len
-        q = tl.load(
-            Q + seq_start * stride_qm + head * stride_qh + offs_m[:, None] * stride_qm + offs_dq[None, :],
-            mask=row_ok & (offs_dq[None, :] < dim_qk),
-            other=0.0,
-        )
-        do = tl.load(
-            dOut + seq_start * stride_dom + head * stride_doh + offs_m[:, None] * stride_dom + offs_dv[None, :],
-            mask=row_ok & (offs_dv[None, :] < dim_v),
-            other=0.0,
-        )
+        q = _load_tile(Q, seq_start, head, stride_qm, stride_qh, offs_m, offs_dq, seq_len, dim_qk)
+        do = _load_tile(dOut, seq_start, head, stride_dom, stride_doh, offs_m, offs_dv, seq_len, dim_v)
         lo, hi = _column_range(
             start_m, seq_len, n_targets, contextual_seq_len, max_attn_len,
             CAUSAL, HAS_TARGETS, HAS_CONTEXTUAL, HAS_WINDOW, BLOCK_M, BLOCK_N,
@@ -269,27 +264,14 @@ def _hstu_attn_bwd_dq(
         dq = tl.zeros([BLOCK_M, BLOCK_D_Q], dtype=tl.float32)
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            col_ok = offs_n[:, None] < seq_len
-            k = tl.load(
-                K + seq_start * stride_km + head * stride_kh + offs_n[:, None] * stride_km + offs_dq[None, :],
-                mask=col_ok & (offs_dq[None, :] < dim_qk),
-                other=0.0,
-            )
-            v = tl.load(
-                V + seq_start * stride_vm + head * stride_vh + offs_n[:, None] * stride_vm + offs_dv[None, :],
-                mask=col_ok & (offs_dv[None, :] < dim_v),
-                other=0.0,
-            )
+            k = _load_tile(K, seq_start, head, stride_km, stride_kh, offs_n, offs_dq, seq_len, dim_qk)
+            v = _load_tile(V, seq_start, head, stride_vm, stride_vh, offs_n, offs_dv, seq_len, dim_v)
             _, d_scores = _score_grad(
                 q, k, v, do, offs_m, offs_n, seq_len, n_targets, contextual_seq_len, max_attn_len,
                 alpha, inv_max_seq_len, CAUSAL, HAS_TARGETS, HAS_CONTEXTUAL, HAS_WINDOW, INPUT_PRECISION, UPCAST_DOT,
             )
             dq += _dot(d_scores.to(k.dtype), k, INPUT_PRECISION, UPCAST_DOT)
-        tl.store(
-            dQ + seq_start * stride_dqm + head * stride_dqh + offs_m[:, None] * stride_dqm + offs_dq[None, :],
-            (dq * alpha).to(dQ.dtype.element_ty),
-            mask=row_ok & (offs_dq[None, :] < dim_qk),
-        )
+        _store_tile(dQ, dq * alpha, seq_start, head, stride_dqm, stride_dqh, offs_m, offs_dq, seq_len, dim_qk)
 
 
 @triton.jit
@@ -324,17 +306,8 @@ def _hstu_attn_bwd_dkdv(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         offs_dq = tl.arange(0, BLOCK_D_Q)
         offs_dv = tl.arange(0, BLOCK_D_V)
-        col_ok = offs_n[:, None] < seq_len
-        k = tl.load(
-            K + seq_start * stride_km + head * stride_kh + offs_n[:, None] * stride_km + offs_dq[None, :],
-            mask=col_ok & (offs_dq[None, :] < dim_qk),
-            other=0.0,
-        )
-        v = tl.load(
-            V + seq_start * stride_vm + head * stride_vh + offs_n[:, None] * stride_vm + offs_dv[None, :],
-            mask=col_ok & (offs_dv[None, :] < dim_v),
-            other=0.0,
-        )
+        k = _load_tile(K, seq_start, head, stride_km, stride_kh, offs_n, offs_dq, seq_len, dim_qk)
+        v = _load_tile(V, seq_start, head, stride_vm, stride_vh, offs_n, offs_dv, seq_len, dim_v)
         lo, hi = _row_range(
             start_n, seq_len, n_targets, max_attn_len,
             CAUSAL, HAS_TARGETS, HAS_CONTEXTUAL, HAS_WINDOW, BLOCK_M, BLOCK_N,
@@ -343,30 +316,13 @@ def _hstu_attn_bwd_dkdv(
         dv = tl.zeros([BLOCK_N, BLOCK_D_V], dtype=tl.float32)
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            row_ok = offs_m[:, None] < seq_len
-            q = tl.load(
-                Q + seq_start * stride_qm + head * stride_qh + offs_m[:, None] * stride_qm + offs_dq[None, :],
-                mask=row_ok & (offs_dq[None, :] < dim_qk),
-                other=0.0,
-            )
-            do = tl.load(
-                dOut + seq_start * stride_dom + head * stride_doh + offs_m[:, None] * stride_dom + offs_dv[None, :],
-                mask=row_ok & (offs_dv[None, :] < dim_v),
-                other=0.0,
-            )
+            q = _load_tile(Q, seq_start, head, stride_qm, stride_qh, offs_m, offs_dq, seq_len, dim_qk)
+            do = _load_tile(dOut, seq_start, head, stride_dom, stride_doh, offs_m, offs_dv, seq_len, dim_v)
             weights, d_scores = _score_grad(
                 q, k, v, do, offs_m, offs_n, seq_len, n_targets, contextual_seq_len, max_attn_len,
                 alpha, inv_max_seq_len, CAUSAL, HAS_TARGETS, HAS_CONTEXTUAL, HAS_WINDOW, INPUT_PRECISION, UPCAST_DOT,
             )
             dv += _dot(tl.trans(weights.to(do.dtype)), do, INPUT_PRECISION, UPCAST_DOT)
             dk += _dot(tl.trans(d_scores.to(q.dtype)), q, INPUT_PRECISION, UPCAST_DOT)
-        tl.store(
-            dK + seq_start * stride_dkm + head * stride_dkh + offs_n[:, None] * stride_dkm + offs_dq[None, :],
-            (dk * alpha).to(dK.dtype.element_ty),
-            mask=col_ok & (offs_dq[None, :] < dim_qk),
-        )
-        tl.store(
-            dV + seq_start * stride_dvm + head * stride_dvh + offs_n[:, None] * stride_dvm + offs_dv[None, :],
-            dv.to(dV.dtype.element_ty),
-            mask=col_ok & (offs_dv[None, :] < dim_v),
-        )
+        _store_tile(dK, dk * alpha, seq_start, head, stride_dkm, stride_dkh, offs_n, offs_dq, seq_len, dim_qk)
+        _store_tile(dV, dv, seq_start, head, stride_dvm, stride_dvh, offs_n, offs_dv, seq_len, dim_v)

@@ -27,7 +27,7 @@ from torchrec.distributed.types import ShardingType
 from torchrec.optim import RowWiseAdagrad
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-from common.checkpoint.manager import CheckpointFallbackWarning, CheckpointManager, TrainingProgress
+from common.checkpoint import CheckpointFallbackWarning, CheckpointManager, TrainingProgress
 
 TABLES = [
     EmbeddingConfig(name="item_table", embedding_dim=8, num_embeddings=40, feature_names=["item"]),

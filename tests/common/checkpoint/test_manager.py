@@ -10,11 +10,12 @@ import torch
 import torch.distributed as dist
 
 import common.checkpoint.manager as checkpoint_module
-from common.checkpoint.manager import (
+from common.checkpoint import (
     CheckpointFallbackWarning,
     CheckpointLoadError,
     CheckpointManager,
     CheckpointPolicy,
+    CheckpointWriteError,
     RankLocal,
     TrainingProgress,
 )
@@ -124,7 +125,8 @@ def test_crash_between_dcp_write_and_marker_leaves_nothing_complete(tmp_path, mo
         raise RuntimeError("simulated crash after the DCP write")
 
     monkeypatch.setattr(checkpoint_module, "capture_rng_state", crash)
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    monkeypatch.setattr(checkpoint_module.shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+    with pytest.raises(CheckpointWriteError, match="RuntimeError: simulated crash"):
         manager.save("bad", app_state={"t": {"w": torch.tensor([2.0])}}, metadata={"v": 2})
     monkeypatch.undo()
     assert (tmp_path / "bad.tmp" / ".metadata").is_file()  # DCP had finished writing
@@ -143,7 +145,8 @@ def test_crash_between_marker_and_rename_leaves_nothing_complete(tmp_path, monke
         real_rename(src, dst)
 
     monkeypatch.setattr(checkpoint_module.os, "rename", crash)
-    with pytest.raises(OSError, match="simulated crash"):
+    monkeypatch.setattr(checkpoint_module.shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+    with pytest.raises(CheckpointWriteError, match="OSError: simulated crash"):
         manager.save("bad", app_state={"t": {"w": torch.tensor([2.0])}}, metadata={})
     monkeypatch.undo()
     assert (tmp_path / "bad.tmp" / "COMPLETE.json").is_file()

@@ -1,7 +1,9 @@
 import gin
 import pytest
 
-from common.config.gin_files import ConfigError, load_gin, write_config_snapshot
+from common.config.checks import ConfigError
+
+from common.config.gin_files import load_gin, write_config_snapshot
 
 
 @gin.configurable
@@ -56,3 +58,14 @@ def test_operative_config_written(tmp_path):
     _probe()
     out = write_config_snapshot(tmp_path, operative=True)
     assert "_probe.lr = 0.125" in out.read_text()
+
+
+def test_an_unknown_macro_is_named_with_the_binding_that_uses_it(tmp_path):
+    path = _write(tmp_path, "_probe.data_root = %DATA_ROTO\n")
+    with pytest.raises(ConfigError, match=r"^unknown gin macro %DATA_ROTO, used by _probe.data_root; the per-launch "
+                                          r"macros are %DATA_ROOT, "):
+        load_gin([path])
+    # a macro the file defines, one inside a list, and a % inside a string are all fine
+    load_gin([_write(tmp_path, "LR = 0.5\n_probe.lr = %LR\n_probe.run_name = '100%DONE'\n_probe.seed = [%SEED]\n")])
+    with pytest.raises(ConfigError, match="unknown gin macro %NOPE, used by _probe.seed"):
+        load_gin([path], ["_probe.data_root = %DATA_ROOT", "_probe.seed = [1, %NOPE]"])

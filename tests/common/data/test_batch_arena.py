@@ -12,7 +12,7 @@ import torch
 
 from common.data import batch_arena
 from common.data.batch_arena import batch_copy, batch_empty, batch_slab
-from common.data.loader import _Delivery, stream_batches
+from common.data.loader import StreamingLoader, _Delivery, stream_batches
 
 
 class _Source:
@@ -101,3 +101,100 @@ def test_closing_the_loader_stops_its_workers():
     assert {p.pid for p in multiprocessing.active_children()} - before  # the workers are up
     batches.close()  # the generator's finally closes the loader
     assert not {p.pid for p in multiprocessing.active_children()} - before
+
+
+def _forbidden(*_args):
+    raise AssertionError("torch._C._storage_Use_Count called with the private torch APIs switched off")
+
+
+def _switch_private_torch_apis_off(monkeypatch) -> None:
+    monkeypatch.setenv(batch_arena.PRIVATE_TORCH_APIS_ENV, "0")
+    # a forked worker inherits the patch too, so any use there fails the batch as well
+    monkeypatch.setattr(torch._C, "_storage_Use_Count", _forbidden)
+
+
+def _cloned(batch: dict) -> dict:
+    return {"images": batch["images"].clone(), "values": batch["values"].clone(), "plain": batch["plain"].clone(),
+            "targets": [{"id": t["id"].clone(), "boxes": t["boxes"].clone()} for t in batch["targets"]]}
+
+
+def _build_and_drop_in_a_fresh_thread(count: int) -> tuple[list[dict], int]:
+    """Copies of `count` batches built in a thread of its own (a fresh arena), each let go at once,
+    and how many slabs that arena pooled."""
+    out: dict = {}
+
+    def build() -> None:
+        source, copies = _Source(), []
+        for n in range(count):
+            with batch_slab():
+                batch = source.get_batch(np.array([n]))
+            copies.append(_cloned(batch))
+            del batch  # released: on the private path its slab is free for the next batch
+        out["copies"], out["pooled"] = copies, len(batch_arena._arenas.arena.slabs)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    return out["copies"], out["pooled"]
+
+
+def test_with_the_private_torch_apis_off_every_batch_gets_fresh_memory_and_the_same_values(monkeypatch):
+    made: list[int] = []
+    new_slab = batch_arena._new_slab
+
+    def counting_new_slab(nbytes: int, *, shared: bool) -> torch.Tensor:
+        made.append(nbytes)
+        return new_slab(nbytes, shared=shared)
+
+    monkeypatch.setattr(batch_arena, "_new_slab", counting_new_slab)
+    on, pooled_on = _build_and_drop_in_a_fresh_thread(12)
+    made_on, made[:] = len(made), []
+    _switch_private_torch_apis_off(monkeypatch)
+    off, pooled_off = _build_and_drop_in_a_fresh_thread(12)
+    for n, (got, want) in enumerate(zip(off, on, strict=True)):
+        _assert_same(got, want)
+        _assert_same(got, _expected(n))
+    assert made_on <= 4 and pooled_on == made_on  # released slabs came back
+    # the first batch only measures; each later one gets a slab of its own, which nothing keeps
+    assert len(made) == 11 and pooled_off == 0
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_with_the_private_torch_apis_off_the_loader_delivers_the_same_batches(workers, monkeypatch):
+    index = [np.array([n]) for n in range(12)]
+    on = list(stream_batches(_Source(), index, num_workers=workers))
+    _switch_private_torch_apis_off(monkeypatch)
+    loader = StreamingLoader(source=_Source(), build_window=lambda key: index, num_workers=workers)
+    try:
+        off = [batch for _, batch in loader.iterate(0)]
+        held = len(loader._slabs._held)
+    finally:
+        loader.close()
+    for n, (got, want) in enumerate(zip(off, on, strict=True)):
+        _assert_same(got, want)
+        _assert_same(got, _expected(n))
+    if workers:  # still one slab per batch, shipped as one buffer (a worker's first batch only measures)
+        for b in off[2:]:
+            assert b["images"].untyped_storage().data_ptr() == b["values"].untyped_storage().data_ptr()
+    assert held == 0  # a slab that can never be known free is not kept mapped
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False"])
+def test_the_switch_reads_off(value, monkeypatch):
+    monkeypatch.setenv(batch_arena.PRIVATE_TORCH_APIS_ENV, value)
+    assert not batch_arena.private_torch_apis()
+
+
+@pytest.mark.parametrize("value", [None, "", "1", "on"])
+def test_the_switch_is_on_by_default(value, monkeypatch):
+    if value is None:
+        monkeypatch.delenv(batch_arena.PRIVATE_TORCH_APIS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(batch_arena.PRIVATE_TORCH_APIS_ENV, value)
+    assert batch_arena.private_torch_apis()
+
+
+def test_a_mistyped_switch_is_an_error(monkeypatch):
+    monkeypatch.setenv(batch_arena.PRIVATE_TORCH_APIS_ENV, "o")
+    with pytest.raises(ValueError, match=batch_arena.PRIVATE_TORCH_APIS_ENV):
+        batch_arena.private_torch_apis()

@@ -1,10 +1,14 @@
+import multiprocessing
+import os
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from common.data.loader import StreamingLoader, eval_step_interval, window_batches
+from common.data.batch_arena import PRIVATE_TORCH_APIS_ENV
+from common.data.index import eval_step_interval, window_batches
+from common.data.loader import StreamingLoader
 from common.data.time_windows import TimeWindows
 
 
@@ -100,3 +104,31 @@ def test_persistent_workers_survive_window_turnover():
     list(loader.iterate(1))
     assert [w.pid for w in loader._loader._iterator._workers] == pids_before
     loader.close()
+
+
+class _PidSource:
+    """Batches that name the process that built them."""
+
+    def get_batch(self, indices):
+        return np.asarray(indices), os.getpid()
+
+
+def _children() -> set[int]:
+    return {p.pid for p in multiprocessing.active_children()}  # also reaps those that exited
+
+
+@pytest.mark.parametrize("private", ["1", "0"], ids=["private_apis_on", "private_apis_off"])
+def test_close_stops_the_workers_even_mid_window(private, monkeypatch):
+    monkeypatch.setenv(PRIVATE_TORCH_APIS_ENV, private)
+    loader = StreamingLoader(source=_PidSource(), build_window=_build, num_workers=2)
+    assert [(i, b.tolist()) for i, (b, _) in loader.iterate(0, next_key=1)] == [
+        (i, _build(0)[i].tolist()) for i in range(4)
+    ]
+    window = loader.iterate(1)
+    started = [next(window) for _ in range(3)]  # left suspended, as a trainer stopping early leaves it
+    assert [(i, b.tolist()) for i, (b, _) in started] == [(i, _build(1)[i].tolist()) for i in range(3)]
+    workers = {pid for _, (_, pid) in started} - {os.getpid()}
+    assert workers and workers <= _children()
+    loader.close()
+    assert not workers & _children()
+    loader.close()  # a second close is harmless on either path

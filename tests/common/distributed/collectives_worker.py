@@ -14,8 +14,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from common.distributed.collectives import Rank0Error, run_on_rank0, strings_from_rank0, sum_over_ranks
-from common.config.gin_files import ConfigError
+from common.distributed.collectives import (
+    Rank0Error,
+    mean_and_sum_over_ranks,
+    object_from_rank0,
+    objects_on_rank0,
+    reduce_in_place,
+    run_on_rank0,
+    strings_from_rank0,
+    sum_over_ranks,
+)
+from common.config.checks import ConfigError
 from common.randomness.streams import RandomStreams
 
 
@@ -54,6 +63,12 @@ def main() -> None:
         "rank_draws": torch.rand(4, generator=streams.rank).tolist(),
         "eval_draws": torch.rand(4, generator=streams.eval).tolist(),
         "rank0_error_class": Rank0Error.__name__,
+        # a step's loss 0.25 / 0.75 over 3 / 5 samples: the loop logs the mean loss and the total samples
+        "step_totals": mean_and_sum_over_ranks(torch.tensor(0.25 + 0.5 * rank), 3 + 2 * rank),
+        "summed": reduce_in_place(torch.tensor([1.0, 2.0]) * (rank + 1)).tolist(),
+        "maximised": reduce_in_place(torch.tensor([rank, 5 - rank]), op="max").tolist(),
+        "on_rank0": objects_on_rank0({"rank": rank}),
+        "from_rank0": object_from_rank0({"rank": rank}),
     }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
-from common.distributed.collectives import run_on_rank0
+from common.distributed.collectives import mean_and_sum_over_ranks, reduce_in_place, run_on_rank0
 from tests.trainers.trainer_process import torchrun_reports
 
 HERE = Path(__file__).parent
@@ -31,6 +32,24 @@ def test_rank0_preparation_shares_its_result_and_its_errors(reports):
     assert rank1["unexpected"] == {"error": "Rank0Error", "message": "rank 0 failed: 'no such column'"}
     assert rank0["sum"] == rank1["sum"] == 3
     assert rank0["strings"] == rank1["strings"] == ["a", "b"]
+
+
+@pytest.mark.multiprocess
+def test_step_totals_reductions_and_objects_across_ranks(reports):
+    rank0, rank1 = reports
+    assert rank0["step_totals"] == rank1["step_totals"] == [0.5, 8]  # mean of the losses, sum of the samples
+    assert rank0["summed"] == rank1["summed"] == [3.0, 6.0]
+    assert rank0["maximised"] == rank1["maximised"] == [1, 5]
+    assert rank0["on_rank0"] == [{"rank": 0}, {"rank": 1}] and rank1["on_rank0"] is None
+    assert rank0["from_rank0"] == rank1["from_rank0"] == {"rank": 0}
+
+
+def test_one_process_reports_its_own_step_totals_and_tensors_untouched():
+    assert mean_and_sum_over_ranks(torch.tensor(0.125), 7) == (0.125, 7)
+    values = torch.tensor([2.0, 3.0])
+    assert reduce_in_place(values, op="max") is values and values.tolist() == [2.0, 3.0]
+    with pytest.raises(ValueError, match="op must be one of"):
+        reduce_in_place(values, op="min")
 
 
 @pytest.mark.multiprocess

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from common.run.preemption import PreemptionHandler, agree_at_step_boundary, rank0_seconds_since
+from common.run.preemption import PreemptionHandler, agree_at_step_boundary
 
 MAX_STEPS = 6000  # ~60 s at 10 ms a step: the signal arrives long before
 
@@ -50,7 +50,6 @@ def main() -> None:
         "agreed_flag": handler.stop_requested(distributed=True),
         "received_signal": handler.received_signal,
         "last_clock": clocks[-1],
-        "rank0_seconds_since": rank0_seconds_since(last_save),
     }
     handler.uninstall()
     (out_dir / f"rank{rank}.json").write_text(json.dumps(report))

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from common.run import lifecycle as run
-from common.config.gin_files import ConfigError
-from common.run.loop import EvalOutput, LoopConfig, StepOutput
-from common.run.learning_rate import LinearWarmup
+from common import run
+from common.config.checks import ConfigError
 from common.data.loader import StreamingLoader
+from common.run.learning_rate import LinearWarmup
+from common.run.schedule import TrainingSchedule
+from common.run.task import EvalOutput, StepOutput
 
 
 class _Source:
@@ -24,8 +25,8 @@ class _Source:
 
 
 class _Task:
-    def __init__(self, fail_at_step: int | None) -> None:
-        self.fail_at_step = fail_at_step
+    def __init__(self, fail_at_step: int | None, nan_at_step: int | None = None) -> None:
+        self.fail_at_step, self.nan_at_step = fail_at_step, nan_at_step
         self.weight = torch.zeros(1)
         self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
 
@@ -33,6 +34,8 @@ class _Task:
         if step.step == self.fail_at_step:
             raise RuntimeError("a step failed")
         self.weight += 0.1 * (batch.mean() - self.weight)
+        if step.step == self.nan_at_step:
+            return StepOutput(loss=torch.tensor(float("nan")), samples=len(batch))
         return StepOutput(loss=(batch.mean() - self.weight).abs(), samples=len(batch))
 
     def evaluate(self, at):
@@ -53,7 +56,7 @@ class _Closeable:
         self.closed = True
 
 
-def _benchmark(*, fail_at_step=None, build_error=False, opened: dict):
+def _benchmark(*, fail_at_step=None, nan_at_step=None, build_error=False, opened: dict):
     def build(ctx: run.RunContext) -> run.TrainingPlan:
         opened["eval_loader"] = _Closeable()
         loader = StreamingLoader(source=_Source(), num_workers=0,
@@ -61,10 +64,12 @@ def _benchmark(*, fail_at_step=None, build_error=False, opened: dict):
         opened["loader"] = loader
         if build_error:
             raise ConfigError("toy.TrainConfig.x must be positive, got -1")
+        schedule = TrainingSchedule(windows=[0, 1], global_batch_size=2, local_batch_size=2, train_samples=12,
+                                    description="[schedule] two windows of three batches", eval_every_steps=3,
+                                    learning_rate=LinearWarmup(base_lr=0.1, warmup_steps=2))
         return run.TrainingPlan(
-            task=_Task(fail_at_step), loader=loader, windows=[0, 1], loop=LoopConfig(eval_every_steps=3),
-            hyperparameters={"global_batch_size": 2}, lr_schedule=LinearWarmup(base_lr=0.1, warmup_steps=2),
-            dataset="toy", reference_data=False, schedule_line="[schedule] two windows of three batches",
+            task=_Task(fail_at_step, nan_at_step), loader=loader, schedule=schedule, hyperparameters={"global_batch_size": 2},
+            dataset="toy", reference_data=False,
             summarize=lambda result, untrained: ({"toy": True}, f"[done] {result.progress.global_step} steps"),
             evaluate_untrained=True, closeables=[opened["eval_loader"]],
         )
@@ -121,3 +126,18 @@ def test_a_config_error_in_the_build_exits_2_with_one_line(gin_file, tmp_path, c
     assert capsys.readouterr().err.strip() == "config error: toy.TrainConfig.x must be positive, got -1"
     assert signal.getsignal(signal.SIGTERM) == before
     assert (tmp_path / "runs" / "toy" / "toy" / "mllog.log").read_text().count("init_start") == 1
+
+
+def test_a_non_finite_loss_stops_the_run_in_one_line_before_it_saves(gin_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CKPT_PATH", str(tmp_path / "ckpt"))
+    gin_file.write_text(gin_file.read_text() + "common.CheckpointPolicy.every_n_steps = 1\n")
+    opened = {}
+    assert run.main(_benchmark(nan_at_step=3, opened=opened), ["--gin_config", str(gin_file)]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["training error: step 4 (window 1, batch 0): the loss is nan; nothing after the last checkpoint "
+                   "was saved"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [f"step_{s:09d}" for s in (2, 3)]  # keep_last_n 2
+    run_dir = tmp_path / "runs" / "toy" / "toy"
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in steps if "loss" in r][-1] == "nan"  # the step that diverged is on record
+    assert opened["eval_loader"].closed and opened["loader"]._pool._shutdown

@@ -8,13 +8,18 @@ import json
 import numpy as np
 import torch
 
-from common.checkpoint.manager import CheckpointManager, CheckpointPolicy, TrainingProgress
-from common.run.loop import EvalOutput, LoopConfig, StepOutput, TrainLoop
-from common.run.logs import MetricsLog, read_metrics
+from common.checkpoint import CheckpointManager, CheckpointPolicy, TrainingProgress
+from common.data.loader import StreamingLoader
 from common.mlperf.tracker import MLPerfTracker
 from common.randomness.streams import RandomStreams
+from common.run.events import Observers
 from common.run.learning_rate import LinearWarmup
-from common.data.loader import StreamingLoader
+from common.run.logs import MetricsLog, read_metrics
+from common.run.loop import LoopCheckpoints, TrainLoop
+from common.run.observers import MLPerfEvents
+from common.run.preemption import PreemptionHandler
+from common.run.schedule import TrainingSchedule
+from common.run.task import EvalOutput, StepOutput
 
 
 class _Source:
@@ -59,27 +64,32 @@ def _windows(key: int) -> list[np.ndarray]:
     return [np.arange(key * 100 + 4 * b, key * 100 + 4 * b + 4) for b in range(3)]
 
 
+def _schedule(**fields) -> TrainingSchedule:
+    """Three windows of three batches of 4 samples (`_windows`)."""
+    return TrainingSchedule(windows=[0, 1, 2], global_batch_size=4, local_batch_size=4, train_samples=36,
+                            description="[schedule] test", **fields)
+
+
 def _loop(tmp_path, task, *, config, progress=None, checkpoints=None, policy=CheckpointPolicy(), tracker=None,
-          lr_schedule=None, streams=None):
+          streams=None):
+    observers = Observers([MetricsLog(tmp_path / "metrics.jsonl", enabled=True, truncate=progress is None)])
+    if tracker is not None:
+        observers.add(MLPerfEvents(tracker, position=config.mllog_position, train_loss_every_steps=0))
     return TrainLoop(
         task=task,
-        config=config,
+        schedule=config,
         loader=StreamingLoader(source=_Source(), build_window=_windows, num_workers=0),
-        windows=[0, 1, 2],
-        metrics=MetricsLog(tmp_path / "metrics.jsonl", enabled=True, truncate=progress is None),
-        is_main=True,
-        progress=progress,
-        checkpoints=checkpoints,
-        policy=policy,
-        tracker=tracker,
-        lr_schedule=lr_schedule,
-        streams=streams,
+        progress=progress or TrainingProgress(),
+        checkpoints=LoopCheckpoints(policy=policy, manager=checkpoints),
+        observers=observers,
+        preemption=PreemptionHandler(),
+        streams=streams or RandomStreams(seed=1, rank=0),
     )
 
 
 def test_grid_budget_target_and_metric_state(tmp_path):
     task = _Task()
-    result = _loop(tmp_path, task, config=LoopConfig(eval_every_steps=2, max_steps=7)).run()
+    result = _loop(tmp_path, task, config=_schedule(eval_every_steps=2, max_steps=7)).run()
     assert result.progress.global_step == 7
     assert [step for step, _ in result.evals] == [2, 4, 6, 7]  # grid, then the final evaluation
     assert result.progress.metrics["last_eval_step"] == 7
@@ -90,21 +100,21 @@ def test_grid_budget_target_and_metric_state(tmp_path):
     assert all(r["data_wait_s"] >= 0 and r["compute_s"] >= 0 for r in steps)
 
     task = _Task()
-    result = _loop(tmp_path, task, config=LoopConfig(eval_every_steps=2, target_quality=0.65)).run()
+    result = _loop(tmp_path, task, config=_schedule(eval_every_steps=2, target_quality=0.65)).run()
     assert result.reached_target and result.progress.global_step == 4  # stopped at the second evaluation
 
 
 def test_resume_skips_trained_batches_and_does_not_repeat_the_evaluation(tmp_path):
     policy = CheckpointPolicy(path=str(tmp_path / "ckpt"), every_n_steps=4)
     first = _Task()
-    _loop(tmp_path, first, config=LoopConfig(eval_every_steps=4, max_steps=5), checkpoints=CheckpointManager(policy.path), policy=policy).run()
+    _loop(tmp_path, first, config=_schedule(eval_every_steps=4, max_steps=5), checkpoints=CheckpointManager(policy.path), policy=policy).run()
     manager = CheckpointManager(policy.path)
     resumed = _Task()
     meta = manager.load_latest(resumed.app_state())
     progress = TrainingProgress.from_json(meta)
     assert (progress.global_step, progress.window_key, progress.batch_idx_in_window) == (4, 1, 1)
     assert progress.metrics["last_eval_step"] == 4
-    result = _loop(tmp_path, resumed, config=LoopConfig(eval_every_steps=4, max_steps=9, eval_at_end=False), progress=progress).run()
+    result = _loop(tmp_path, resumed, config=_schedule(eval_every_steps=4, max_steps=9, eval_at_end=False), progress=progress).run()
     assert resumed.seen[0] == list(range(104, 108))  # window 1, batch 1: exactly where step 4 left off
     assert [step for step, _ in result.evals] == [8]
 
@@ -113,7 +123,7 @@ def test_mllog_blocks_bracket_every_evaluation(tmp_path):
     tracker = MLPerfTracker(benchmark="dlrmv4", log_path=tmp_path / "mllog.log", resume=False)
     tracker.init_start()
     tracker.run_start()
-    _loop(tmp_path, _Task(), config=LoopConfig(eval_every_steps=3, max_steps=6), tracker=tracker).run()
+    _loop(tmp_path, _Task(), config=_schedule(eval_every_steps=3, max_steps=6), tracker=tracker).run()
     tracker.close()
     events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in (tmp_path / "mllog.log").read_text().splitlines()]
     keys = [(e["key"], e["metadata"].get("samples_count")) for e in events if e["key"].startswith(("block", "eval", "run_stop"))]
@@ -130,7 +140,7 @@ def test_a_lower_is_better_target_stops_at_or_below_it_and_is_logged_unnegated(t
     tracker.init_start()
     tracker.run_start()
     task = _Task(start_quality=1.0, step_quality=-0.25)  # evaluations give 0.75, 0.5, 0.25
-    config = LoopConfig(eval_every_steps=2, target_quality=0.5, higher_is_better=False)
+    config = _schedule(eval_every_steps=2, target_quality=0.5, higher_is_better=False)
     result = _loop(tmp_path, task, config=config, tracker=tracker).run()
     tracker.close()
     assert result.reached_target and result.progress.global_step == 4  # the second evaluation, 0.5 <= 0.5
@@ -143,14 +153,14 @@ def test_a_lower_is_better_target_stops_at_or_below_it_and_is_logged_unnegated(t
 
     # the same losses against a higher-is-better target never stop the run, and best is the maximum
     task = _Task(start_quality=1.0, step_quality=-0.25)
-    result = _loop(tmp_path, task, config=LoopConfig(eval_every_steps=2, max_steps=6, target_quality=0.9)).run()
+    result = _loop(tmp_path, task, config=_schedule(eval_every_steps=2, max_steps=6, target_quality=0.9)).run()
     assert not result.reached_target and result.progress.metrics["best_quality"] == 0.75
 
 
 def test_the_loop_owns_the_step_and_sets_the_scheduled_rate_before_each_step(tmp_path):
     task = _Task()
     schedule = LinearWarmup(base_lr=1.0, warmup_steps=4)
-    _loop(tmp_path, task, config=LoopConfig(max_steps=6), lr_schedule=schedule).run()
+    _loop(tmp_path, task, config=_schedule(max_steps=6, learning_rate=schedule)).run()
     assert [c.step for c in task.contexts] == list(range(6))
     assert task.lrs_seen == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0] == [c.lr for c in task.contexts]
     assert [r["lr"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r] == task.lrs_seen
@@ -158,7 +168,7 @@ def test_the_loop_owns_the_step_and_sets_the_scheduled_rate_before_each_step(tmp
     # resumed at step 2 with a fresh optimizer: the warm-up continues where the run stood
     resumed = _Task()
     progress = TrainingProgress(global_step=2, samples_seen=8, window_key=0, batch_idx_in_window=2)
-    _loop(tmp_path, resumed, config=LoopConfig(max_steps=4), progress=progress, lr_schedule=schedule).run()
+    _loop(tmp_path, resumed, config=_schedule(max_steps=4, learning_rate=schedule), progress=progress).run()
     assert resumed.lrs_seen == [0.75, 1.0]
 
 
@@ -175,7 +185,7 @@ def test_evaluation_is_told_where_the_run_stands_and_does_not_shift_the_training
 
         task.train_step = step_drawing
         streams = RandomStreams(seed=1, rank=0)
-        config = LoopConfig(eval_every_steps=eval_every, max_steps=7, eval_at_end=False)
+        config = _schedule(eval_every_steps=eval_every, max_steps=7, eval_at_end=False)
         _loop(tmp_path, task, config=config, streams=streams).run()
         return draws, task.eval_points
 

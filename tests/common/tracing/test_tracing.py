@@ -20,13 +20,13 @@ import gin
 import pytest
 import torch
 
-from common.config.gin_files import ConfigError, load_gin
+from common.config.checks import ConfigError, read
+from common.config.gin_files import load_gin
 from common.tracing import (
     RANK_PID_BASE,
     StepTracer,
     TraceConfig,
     TraceExportWarning,
-    configured_trace_config,
     merge_traces,
     read_trace,
 )
@@ -94,11 +94,11 @@ def test_the_config_comes_from_gin_with_steps_sorted(tmp_path):
     gin_file = tmp_path / "exp.gin"
     gin_file.write_text("common.TraceConfig.steps = [60, 52]\ncommon.TraceConfig.active_steps = 5\ncommon.TraceConfig.ranks = [1, 0, 1]\n")
     load_gin([gin_file])
-    config = configured_trace_config()
+    config = read(TraceConfig)
     assert (config.steps, config.active_steps, config.warmup_steps, config.ranks) == ((52, 60), 5, 1, (0, 1))
     load_gin([gin_file], ["common.TraceConfig.steps = [52, 55]"])  # 55 is inside 52's window (52..56)
     with pytest.raises(ConfigError) as error:
-        configured_trace_config()
+        read(TraceConfig)
     assert str(error.value).splitlines()[0].endswith("(windows must not overlap), got (52, 55)")
 
 
@@ -300,20 +300,22 @@ def test_ranks_on_different_base_times_are_moved_onto_one():
 
 # ---------------------------------------------------------------------------------- 2 ranks
 # torch 2.14.1's profiler (kineto) on CPU now and then aborts a rank while it stops ("terminate called
-# without an active exception", SIGABRT; seen once in a CI run, not in 3 local reruns): a native race in
-# the library, not in common.tracing. The launch is retried once on exactly that failure.
+# without an active exception", SIGABRT, right after kineto fails to count GPUs): a native race in the
+# library, not in common.tracing. Measured here: 1 launch in 6 (6 launches of tracing_worker.py alone),
+# and twice in a row once. The launch is retried on exactly that failure, up to 4 launches.
 KINETO_ABORT = "terminate called without an active exception"
 
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    for attempt in range(2):
+    launches = 4
+    for attempt in range(launches):
         run_dir = tmp_path_factory.mktemp("trace_run")
         try:
             torchrun_reports(HERE / "tracing_worker.py", str(run_dir), out_dir=tmp_path_factory.mktemp("trace_reports"))
             return run_dir
         except AssertionError as error:
-            if attempt or KINETO_ABORT not in str(error):
+            if attempt == launches - 1 or KINETO_ABORT not in str(error):
                 raise
     raise AssertionError("unreachable")
 

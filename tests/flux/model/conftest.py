@@ -8,16 +8,16 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from flux.model import FluxModel, FluxModelArgs, get_flavor, image_position_ids, pack_latents, text_position_ids
+from flux.model import FluxModel, FluxFlavor, get_flavor, image_position_ids, pack_latents, text_position_ids
 from flux.model.attention import Modulation
 
 
 @pytest.fixture
-def tiny_args() -> FluxModelArgs:
+def tiny_args() -> FluxFlavor:
     return get_flavor("flux-tiny")
 
 
-def _batch(args: FluxModelArgs, *, batch: int = 2, height: int = 8, width: int = 6, txt_len: int = 5, seed: int = 0):
+def _batch(args: FluxFlavor, *, batch: int = 2, height: int = 8, width: int = 6, txt_len: int = 5, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     latents = torch.randn(batch, args.latent_channels, height, width, generator=generator)
     txt = torch.randn(batch, txt_len, args.context_in_dim, generator=generator)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from flux.model import FLAVORS, FluxModel, FluxModelArgs, get_flavor
+from flux.model import FLAVORS, FluxModel, FluxFlavor, get_flavor
 from flux.model.__main__ import main
 from flux.model.param_count import count_parameters
 
@@ -82,7 +82,7 @@ def test_invalid_args_name_the_field(changes: dict, message: str) -> None:
 
 
 def test_axes_dim_given_as_a_list_becomes_a_tuple() -> None:
-    args = FluxModelArgs(hidden_size=64, num_heads=2, axes_dim=[8, 12, 12])
+    args = FluxFlavor(hidden_size=64, num_heads=2, axes_dim=[8, 12, 12])
     assert args.axes_dim == (8, 12, 12)
     hash(args)  # frozen and hashable
 

@@ -17,7 +17,7 @@ from fbgemm_gpu.quantize_comm import QuantizedCommCodec as FbgemmQuantizedCommCo
 from fbgemm_gpu.split_embedding_configs import SparseType
 from torch.profiler import ProfilerActivity, profile
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from recommendation_v4.parallel import qcomms
 from recommendation_v4.parallel.qcomms import CastThenClampCodec, CommPrecisionError, embedding_qcomm_codecs, lowest_comm_precision
 from recommendation_v4.parallel.sharding import ShardingConfig

@@ -17,7 +17,7 @@ import torch
 from torchrec.distributed.train_pipeline.tracing import Tracer
 from torchrec.streamable import Pipelineable
 
-from common.config.gin_files import ConfigError
+from common.config.checks import ConfigError
 from common.run.logs import read_metrics
 from recommendation_v4.data import features as F
 from recommendation_v4.data.batch import HSTUBatch

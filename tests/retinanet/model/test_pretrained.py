@@ -15,7 +15,9 @@ import torch
 import torchvision
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from common.config.gin_files import ConfigError, load_gin
+from common.config.checks import ConfigError
+
+from common.config.gin_files import load_gin
 from retinanet.model.backbone import build_fpn_backbone, count_parameters
 from retinanet.model.detector import RetinaNetDetector, build_retinanet
 from retinanet.model.flavors import FLAVORS
