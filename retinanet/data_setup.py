@@ -111,6 +111,7 @@ def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo,
         seed=seed,
         skip_bad_files=config.skip_bad_files,
         normalize=config.normalize_in_loader,
+        resize=config.resize,
     )
     eval_settings = dataclasses.replace(train_settings, augment=False)
     train = OpenImagesDetectionDataset.from_split(dataset_dir, layout.TRAIN_SPLIT, settings=train_settings)

@@ -11,6 +11,7 @@ import gin
 import torch
 
 from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
+from retinanet.data.transforms import RESIZES
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
 
@@ -81,13 +82,20 @@ class DataConfig:
     batches_per_window: int = 0  # global batches per streaming window; 0: one window per epoch
     eval_max_images: int = 0  # 0: the whole validation split
     skip_bad_files: bool = False  # count and skip unreadable images instead of failing
-    normalize_in_loader: bool = True  # False: uint8 batches, ImageNet-normalised on the device
+    normalize_in_loader: bool = True  # False: uint8 batches, ImageNet-normalised on the device (uint8 resize only)
+    # "reference": the MLPerf reference's pixels (normalise, then bilinear resize without antialias);
+    # "uint8_antialias": resize uint8 pixels with antialiasing, faster but other pixels
+    resize: str = "reference"
     generator_workers: int = 1  # processes generating a synthetic dataset
 
     def __post_init__(self) -> None:
         require_int(self, "num_workers", "eval_num_workers", "batches_per_window", "eval_max_images", minimum=0)
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a directory name")
         require_int(self, "generator_workers", minimum=1)
+        require_choice(self, "resize", RESIZES)
+        require(self, "normalize_in_loader", self.normalize_in_loader or self.resize == "uint8_antialias",
+                'True unless retinanet.DataConfig.resize = "uint8_antialias" (the reference resize works on '
+                "normalised float pixels)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,9 @@
     python -m retinanet.bench.suite --only loader    # loader | train
 
 - loader: decoded + augmented 800x800 images/s per loader worker on the `bench` synthetic data
-  (1-1.5k px JPEGs, ~320 KB mean like MLPerf Storage's retinanet record), with the batch
-  normalised to float32 in the worker and left uint8 for the accelerator; wall-clock and per
+  (1-1.5k px JPEGs, ~320 KB mean like MLPerf Storage's retinanet record), for each output the
+  workers can deliver: the reference's pixels (float32, the default), the uint8 antialiased resize
+  normalised to float32 in the worker, and left uint8 for the accelerator; wall-clock and per
   worker CPU-second (goal: 65/s per worker, so 8 workers feed one B200's ~505 images/s), next
   to a plain torchvision loop on one thread and the loader in-process, with the worker's share
   of the plain loop's rate (goal: 0.9);
@@ -27,7 +28,7 @@ import torch
 
 from common.config.paths import DEFAULT_DATA_ROOT
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
-from retinanet.bench.loader import GOAL_IMAGES_PER_S_PER_WORKER, measure_loader_images_per_s, plain_loop_images_per_s
+from retinanet.bench.loader import GOAL_IMAGES_PER_S_PER_WORKER, OUTPUTS, measure_loader_images_per_s, plain_loop_images_per_s
 from retinanet.data_setup import BENCHMARK_DATA_DIRNAME, synthetic_dataset_name
 from retinanet.bench.training import measure_training_images_per_s
 
@@ -65,8 +66,8 @@ def bench_loader(dataset_dir: Path, *, num_images: int, workers: int, image_size
     `workers` worker(s), each measured in alternation `rounds` times (a shared machine drifts over
     seconds); the medians, and the worker's rate as a fraction of the plain loop's (goal >= 0.9)."""
     out: dict = {"goal_images_per_s_per_worker": GOAL_IMAGES_PER_S_PER_WORKER, "image_size": image_size}
-    for normalize in (True, False):
-        kwargs = dict(image_size=image_size, num_images=num_images, normalize=normalize)
+    for output in OUTPUTS:
+        kwargs = dict(image_size=image_size, num_images=num_images, output=output)
         plains, in_process, through_workers = [], [], []
         for _ in range(rounds):
             plains.append(plain_loop_images_per_s(dataset_dir, **kwargs))
@@ -74,7 +75,7 @@ def bench_loader(dataset_dir: Path, *, num_images: int, workers: int, image_size
             through_workers.append(measure_loader_images_per_s(dataset_dir, num_workers=workers, **kwargs))
         plain = sorted(plains)[rounds // 2]
         r = sorted(through_workers, key=lambda x: x.images_per_s)[rounds // 2]
-        out["float32_normalised" if normalize else "uint8"] = {
+        out[output] = {
             "plain_loop_images_per_s": round(plain, 1),
             "in_process_images_per_s": round(sorted(in_process)[rounds // 2], 1),
             "workers": workers,

@@ -16,7 +16,7 @@ from retinanet.data.transforms import normalize_imagenet_
 class DetectionSample:
     """One augmented image with its boxes in the resized (image_size x image_size) frame."""
 
-    image: torch.Tensor  # uint8 [3, S, S], resized and flipped; normalised when collated
+    image: torch.Tensor  # float32 [3, S, S] normalised (reference resize), or uint8, normalised when collated
     boxes: torch.Tensor  # float32 [N, 4] xyxy
     labels: torch.Tensor  # int64 [N], contiguous 0..C-1
     image_id: int
@@ -89,12 +89,14 @@ def image_batch(images: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Ten
 
 
 def stack_normalized(images: Sequence[torch.Tensor]) -> torch.Tensor:
-    """float32 [B, 3, S, S] ImageNet-normalised batch of uint8 [3, S, S] images, in one buffer."""
+    """float32 [B, 3, S, S] ImageNet-normalised batch of [3, S, S] images, in one buffer: uint8
+    images are normalised here, float32 ones (the reference resize's) already are."""
     batch = image_batch(images, torch.float32)
     with torch.profiler.record_function("## retinanet.normalize ##"):
         for slot, image in zip(batch, images, strict=True):
             slot.copy_(image)  # uint8 -> float32 conversion happens in the copy
-        normalize_imagenet_(batch)
+        if images[0].dtype == torch.uint8:
+            normalize_imagenet_(batch)
     return batch
 
 

@@ -1,8 +1,9 @@
 """Map-style OpenImages-MLPerf detection dataset over a list of image records.
 
 A window loader can hand it any block of records; each item reads one JPEG, decodes it,
-resizes it to the configured square and flips it (training) with a generator keyed on
-(seed, epoch, image id). ImageNet normalisation happens when samples are collated.
+flips it (training) with a generator keyed on (seed, epoch, image id) and resizes it to the
+configured square: the reference's float resize by default, or the uint8 one whose ImageNet
+normalisation happens at collation or on the accelerator (retinanet.data.transforms).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from common.load_profile.reads import note_reads, note_records
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.data.records import ImageRecord
-from retinanet.data.transforms import decode_jpeg_rgb, flip_decision, horizontal_flip, resize_square
+from retinanet.data.transforms import (RESIZES, decode_jpeg_rgb, flip_decision, horizontal_flip, reference_resize,
+                                       resize_square)
 
 
 class BadImageError(RuntimeError):
@@ -37,9 +39,15 @@ class LoaderSettings:
     seed: int = 0
     epoch: int = 0  # epoch of indices 0..len-1; index len * k + i is image i in epoch + k
     skip_bad_files: bool = False
-    normalize: bool = True  # False: batches carry uint8 images, normalised on the accelerator
+    normalize: bool = True  # False: batches carry uint8 images, normalised on the accelerator (uint8 resize only)
+    resize: str = "reference"  # or "uint8_antialias": faster, other pixels (retinanet.data.transforms)
 
     def __post_init__(self) -> None:
+        if self.resize not in RESIZES:
+            raise ValueError(f"resize must be one of {', '.join(RESIZES)}, got {self.resize!r}")
+        if not self.normalize and self.resize == "reference":
+            raise ValueError('uint8 batches (normalize=False) need resize="uint8_antialias": the reference resizes '
+                             "normalised float pixels")
         if self.image_size < 32:
             raise ValueError(f"image_size must be >= 32, got {self.image_size}")
         if not 0.0 <= self.flip_probability <= 1.0:
@@ -169,24 +177,33 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
     def get_batch(self, indices: np.ndarray) -> DetectionBatch:
         """One collated batch: the BatchSource of common.data.loader.StreamingLoader.
 
-        uint8 batches (`normalize=False`) are resized straight into the batch's buffer; the same
-        pixels as collating the samples, without copying every image once more.
+        Images are resized straight into the batch's buffer (reference resize, or uint8 batches with
+        `normalize=False`); the same pixels as collating the samples, without copying every image
+        once more.
         """
-        if self.settings.normalize:
+        if self.settings.normalize and self.settings.resize != "reference":
             return collate_detection_samples([self[int(i)] for i in indices], normalize=True)
         size = self.settings.image_size
-        slots = batch_empty((len(indices), size, size, 3), torch.uint8).permute(0, 3, 1, 2)
+        dtype = torch.float32 if self.settings.resize == "reference" else torch.uint8
+        slots = batch_empty((len(indices), size, size, 3), dtype).permute(0, 3, 1, 2)
         samples: list[DetectionSample | SkippedSample] = []
         good = 0
         for index in indices:
             sample = self._item(int(index), out=slots[good])  # a skipped file leaves its slot to the next image
             good += isinstance(sample, DetectionSample)
             samples.append(sample)
-        return collate_detection_samples(samples, normalize=False, stacked=slots)
+        return collate_detection_samples(samples, normalize=dtype == torch.float32, stacked=slots)
 
     def _load(self, record: ImageRecord, path: Path, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
         image, num_bytes = self._read_and_decode(record, path)
         settings = self.settings
+        flipped = settings.augment and flip_decision(
+            seed=settings.seed, epoch=epoch, image_id=record.image_id, probability=settings.flip_probability
+        )
+        if settings.resize == "reference":
+            image, boxes = reference_resize(image, torch.from_numpy(record.boxes_xyxy), size=settings.image_size,
+                                            annotated_hw=(record.height, record.width), flip=flipped, out=out)
+            return self._sample(record, image, boxes, flipped=flipped, num_bytes=num_bytes)
         image, boxes = resize_square(
             image,
             torch.from_numpy(record.boxes_xyxy),
@@ -194,13 +211,14 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
             annotated_hw=(record.height, record.width),
             out=out,
         )
-        flipped = settings.augment and flip_decision(
-            seed=settings.seed, epoch=epoch, image_id=record.image_id, probability=settings.flip_probability
-        )
         if flipped:
             image, boxes = horizontal_flip(image, boxes)
             if out is not None:
                 image = out.copy_(image)
+        return self._sample(record, image, boxes, flipped=flipped, num_bytes=num_bytes)
+
+    def _sample(self, record: ImageRecord, image: torch.Tensor, boxes: torch.Tensor, *, flipped: bool,
+                num_bytes: int) -> DetectionSample:
         return DetectionSample(
             image=image,
             boxes=boxes,

@@ -1,7 +1,12 @@
 """Per-image work of the loader: JPEG decode, square resize with boxes, flip, ImageNet normalisation.
 
-Geometry stays on uint8 pixels and normalisation comes last (at collation, straight into the
-batch buffer), so resize and flip move a quarter of the bytes float32 images would.
+Two resizes (`RESIZES`):
+- "reference" (the default): the MLPerf reference's pixels. Its model transform normalises the
+  float image, then resizes it bilinearly without antialiasing (align_corners=False), after the
+  dataset flipped the original; `reference_resize` does exactly those operations in that order.
+- "uint8_antialias": geometry on uint8 pixels with torchvision's antialiased bilinear resize and
+  normalisation last (at collation or on the accelerator), a quarter of the bytes moved; faster,
+  but a downscaled photo's pixels differ from the reference's.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ _NORMALIZE_SCALE = 1.0 / (255.0 * _STD)
 _NORMALIZE_SHIFT = -_MEAN / _STD
 
 
+RESIZES: tuple[str, ...] = ("reference", "uint8_antialias")
+
+
 def decode_jpeg_rgb(encoded: torch.Tensor) -> torch.Tensor:
     """uint8 [3, H, W]; grayscale and CMYK files (OpenImages has both) come out as RGB.
 
@@ -35,9 +43,10 @@ def decode_jpeg_rgb(encoded: torch.Tensor) -> torch.Tensor:
 
 
 def _resizes_in_place(image: torch.Tensor, out: torch.Tensor | None) -> bool:
-    """Whether `out` can take the resize directly: uint8 images stored pixel by pixel, as decoded,
-    for which torchvision's resize is exactly this one antialiased bilinear kernel."""
-    if out is None or image.dtype != torch.uint8 or out.dtype != torch.uint8 or image.ndim != 3:
+    """Whether `out` can take the resize directly: image and `out` of one dtype, both stored pixel
+    by pixel (the decoded layout), so the resize kernel is the channels-last one either way (for
+    uint8, torchvision's resize is exactly that one antialiased bilinear kernel)."""
+    if out is None or image.dtype != out.dtype or image.ndim != 3:
         return False
     channels, _, width = image.shape
     return image.stride() == (1, width * channels, channels) and out.stride()[-3:] == (1, out.shape[-1] * channels, channels)
@@ -60,6 +69,39 @@ def resize_square(
             resized = out
         else:
             resized = TF.resize(image, [size, size], antialias=True)
+            if out is not None:
+                resized = out.copy_(resized)
+    height, width = annotated_hw
+    scale = torch.tensor([size / width, size / height, size / width, size / height], dtype=torch.float32)
+    return resized, boxes_xyxy * scale
+
+
+def reference_resize(
+    image: torch.Tensor, boxes_xyxy: torch.Tensor, *, size: int, annotated_hw: tuple[int, int], flip: bool,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference's pixels for a decoded uint8 [3, H, W] image: flip (when `flip`), x / 255,
+    (x - mean) / std, then bilinear resize to size x size without antialiasing; float32.
+
+    Boxes (annotated frame) are flipped in that frame, then scaled. The operations and their order
+    are the reference's; the memory layout is not: the decoded image is stored pixel by pixel and
+    stays so (channels last), which halves the time of the normalisation and the resize and gives
+    the same pixels (checked against the reference's channels-first arithmetic by
+    tests/retinanet/data/test_reference_resize.py). With `out` (a float32 [3, size, size] slot of
+    a channels-last batch) the resize writes straight into it.
+    """
+    if flip:
+        image, boxes_xyxy = horizontal_flip(image, boxes_xyxy)  # the decoded size is the annotated one
+    with torch.profiler.record_function("## retinanet.normalize ##"):
+        pixels = image.to(torch.float32).div_(255.0).sub_(_MEAN).div_(_STD)
+    with torch.profiler.record_function("## retinanet.resize ##"):
+        if _resizes_in_place(pixels, out):
+            torch.ops.aten.upsample_bilinear2d.out(pixels.unsqueeze(0), [size, size], False, None, None,
+                                                   out=out.unsqueeze(0))
+            resized = out
+        else:
+            resized = torch.nn.functional.interpolate(pixels.unsqueeze(0), size=[size, size], mode="bilinear",
+                                                      align_corners=False).squeeze(0)
             if out is not None:
                 resized = out.copy_(resized)
     height, width = annotated_hw

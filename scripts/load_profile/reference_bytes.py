@@ -63,7 +63,7 @@ def retinanet_source():
 
     ensure_synthetic_dataset(DEFAULT_BENCH_DIR, size=SYNTHETIC_SIZES["bench"], seed=0)
     return OpenImagesDetectionDataset.from_split(DEFAULT_BENCH_DIR, "train",
-                                                 settings=LoaderSettings(image_size=800, normalize=False))
+                                                 settings=LoaderSettings(image_size=800))  # the reference config
 
 
 def dlrm_source():

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.usefixtures("single_torch_thread")
 SIZE = 64
 
 
-def _dataset(dataset_dir: Path, split: str, *, normalize: bool = True) -> OpenImagesDetectionDataset:
-    settings = LoaderSettings(image_size=SIZE, normalize=normalize)
+def _dataset(dataset_dir: Path, split: str, *, normalize: bool = True, resize: str = "reference"
+             ) -> OpenImagesDetectionDataset:
+    settings = LoaderSettings(image_size=SIZE, normalize=normalize, resize=resize)
     return OpenImagesDetectionDataset.from_split(dataset_dir, split, settings=settings)
 
 
@@ -57,8 +58,8 @@ def test_train_steps_update_every_trainable_tensor_and_report_the_batch(tiny_dat
 
 def test_uint8_batches_are_normalised_on_the_device_exactly_as_in_the_loader(tiny_dataset_dir: Path) -> None:
     indices = np.arange(4)
-    as_float = _dataset(tiny_dataset_dir, layout.TRAIN_SPLIT).get_batch(indices)
-    as_uint8 = _dataset(tiny_dataset_dir, layout.TRAIN_SPLIT, normalize=False).get_batch(indices)
+    as_float = _dataset(tiny_dataset_dir, layout.TRAIN_SPLIT, resize="uint8_antialias").get_batch(indices)
+    as_uint8 = _dataset(tiny_dataset_dir, layout.TRAIN_SPLIT, normalize=False, resize="uint8_antialias").get_batch(indices)
     assert as_uint8.images.dtype == torch.uint8
     torch.testing.assert_close(device_images(as_uint8, torch.device("cpu")), as_float.images, rtol=0, atol=1e-6)
 

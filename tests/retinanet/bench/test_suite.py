@@ -12,7 +12,8 @@ pytestmark = pytest.mark.usefixtures("single_torch_thread")
 def test_loader_section_reports_per_worker_rates_for_both_outputs(tiny_dataset_dir: Path) -> None:
     result = bench_loader(tiny_dataset_dir, num_images=8, workers=1, image_size=96)
     assert result["goal_images_per_s_per_worker"] == 65.0 and result["image_size"] == 96
-    for output in ("float32_normalised", "uint8"):
+    assert set(result) == {"goal_images_per_s_per_worker", "image_size", "reference", "float32_normalised", "uint8"}
+    for output in ("reference", "float32_normalised", "uint8"):
         assert result[output]["workers"] == 1
         assert result[output]["images_per_s_per_worker"] > 0 and result[output]["images_per_worker_cpu_s"] > 0
         assert 1_000 < result[output]["mean_jpeg_bytes"] < 100_000  # the tiny split's JPEGs

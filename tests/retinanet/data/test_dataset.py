@@ -55,6 +55,9 @@ def white_box_dir(tmp_path: Path) -> Path:
 
 
 def _dataset(root: Path, **settings: object) -> OpenImagesDetectionDataset:
+    """The uint8 path unless told otherwise: these tests look at uint8 pixels (the reference
+    resize has its own tests, test_reference_resize.py)."""
+    settings = {"resize": "uint8_antialias", **settings}
     return OpenImagesDetectionDataset.from_split(
         root, layout.VALIDATION_SPLIT, settings=LoaderSettings(image_size=SIZE, **settings)
     )
@@ -192,14 +195,19 @@ def test_skip_bad_files_skips_and_counts(white_box_dir: Path) -> None:
     assert only_bad.images.shape == (0, 3, SIZE, SIZE) and only_bad.num_skipped == 1
 
 
-def test_collate_builds_the_training_batch(tiny_dataset_dir: Path) -> None:
+@pytest.mark.parametrize("resize", ["reference", "uint8_antialias"])
+def test_collate_builds_the_training_batch(tiny_dataset_dir: Path, resize: str) -> None:
     dataset = OpenImagesDetectionDataset.from_split(
-        tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE)
+        tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, resize=resize)
     )
     samples = [dataset[i] for i in range(3)]
     batch = collate_detection_samples(samples)
     assert batch.images.shape == (3, 3, SIZE, SIZE) and len(batch.targets) == 3
-    torch.testing.assert_close(batch.images, normalize_imagenet(torch.stack([s.image for s in samples])))
+    stacked = torch.stack([s.image for s in samples])
+    if resize == "reference":  # already normalised by the resize: taken as they are
+        assert stacked.dtype == torch.float32 and torch.equal(batch.images, stacked)
+    else:
+        torch.testing.assert_close(batch.images, normalize_imagenet(stacked))
     for sample, target in zip(samples, batch.targets, strict=True):
         assert torch.equal(target["boxes"], sample.boxes) and torch.equal(target["labels"], sample.labels)
         assert int(target["image_id"]) == sample.image_id
@@ -287,7 +295,8 @@ def test_get_batch_serves_the_streaming_loader(tiny_dataset_dir: Path) -> None:
 def test_uint8_batches_through_the_trainers_loader_hold_exactly_the_samples(tiny_dataset_dir: Path, workers: int) -> None:
     """The uint8 path resizes straight into the batch buffer: the very pixels, boxes and ids of the samples."""
     dataset = OpenImagesDetectionDataset.from_split(
-        tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, augment=True, normalize=False)
+        tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, augment=True, normalize=False,
+                                                                  resize="uint8_antialias")
     )
     index_batches = [np.arange(start, start + 4) for start in range(0, 32, 4)]
     batches = list(stream_batches(dataset, index_batches, num_workers=workers))  # all held: no buffer reused under them
