@@ -120,6 +120,18 @@ class Slurm:
         raise AssertionError(f"job {job_id}: not {what} within {timeout:.0f}s (state {state.get('JobState')}, "
                              f"reason {state.get('Reason')})\n{tail}")
 
+    def log_lines(self, job_id: str, limit: int = 60) -> str:
+        """The cluster daemons' log lines about one job (slurmctld, then each node's slurmd): what a
+        failing test shows, since the cluster and its logs go when the session ends."""
+        import re
+
+        mentions = re.compile(rf"(JobId={job_id}\b|job[ _]?{job_id}\b|StepId={job_id}\.|\b{job_id}\.batch\b)", re.I)
+        out = []
+        for log in sorted((self.conf.parent / "log").glob("*.log")):
+            lines = [line for line in log.read_text(errors="replace").splitlines() if mentions.search(line)]
+            out += [f"{log.name}: {line}" for line in lines[-limit:]]
+        return "\n".join(out)
+
     def wait_finished(self, job_id: str, *, timeout: float, output: pathlib.Path | None = None) -> dict:
         return self.wait(job_id, lambda s: s.get("JobState") in TERMINAL_STATES, timeout=timeout, what="finished",
                          output=output)

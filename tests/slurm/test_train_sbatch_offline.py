@@ -33,7 +33,7 @@ SCONTROL = r"""#!/usr/bin/env bash
 case "$1 $2" in
   "show hostnames") printf 'gpu-a017\ngpu-a018\n' ;;
   "show node") echo "NodeName=$3 Arch=x86_64 CoresPerSocket=56"; echo "   NodeAddr=10.1.0.17 NodeHostName=$3 Version=22.05.8" ;;
-  requeue*) echo "$2" >> "$FAKE_LOG/requeued" ;;
+  requeue*) [[ -z "${FAKE_REQUEUE_FAILS:-}" ]] || exit 1; echo "$2" >> "$FAKE_LOG/requeued" ;;
   *) exit 1 ;;
 esac
 """
@@ -189,9 +189,9 @@ def test_an_unknown_profile_or_mode_or_repository_stops_with_status_2(fake, tmp_
     assert proc.returncode == 2 and "not this repository's root" in proc.stderr
 
 
-def _start_waiting_job(fake) -> tuple[subprocess.Popen, pathlib.Path]:
+def _start_waiting_job(fake, **env: str) -> tuple[subprocess.Popen, pathlib.Path]:
     out = fake.log / "job.out"
-    proc = subprocess.Popen(["bash", str(TRAIN_SBATCH), "flux", GIN], env=fake.env(FAKE_TRAIN="wait"),
+    proc = subprocess.Popen(["bash", str(TRAIN_SBATCH), "flux", GIN], env=fake.env(FAKE_TRAIN="wait", **env),
                             stdout=open(out, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not list(fake.log.glob("trainer.*.pid")):
@@ -210,6 +210,16 @@ def test_a_preemption_notice_reaches_the_tasks_and_requeues_after_they_exit_0(fa
     assert "preemption notice (SIGUSR1): passed to every task" in text
     assert f"trainer: signal {int(signal.SIGUSR1)}, saved, exit 0" in text
     assert "requeueing job 4242" in text
+    # it ends there: the attempt is over, and no line may suggest the job finished
+    assert text.rstrip().endswith("requeued: the next attempt resumes from the checkpoint")
+    assert "tasks exited with status" not in text
+
+
+def test_a_requeue_that_slurm_refuses_is_a_failure_that_says_what_to_do(fake):
+    proc, out = _start_waiting_job(fake, FAKE_REQUEUE_FAILS="1")
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=30) == 1, out.read_text()
+    assert "scontrol requeue failed: the checkpoint is saved; resubmit this job to go on" in out.read_text()
 
 
 def test_sigterm_waits_for_the_tasks_and_does_not_requeue(fake):
