@@ -1,13 +1,16 @@
 """Synthetic FLUX.1 preprocessed dataset in the published layout, with a learnable text->latent signal.
 
     python -m flux.data.synthetic --size tiny --seed 0                 # <data_root>/flux/synthetic-tiny-seed0
-    python -m flux.data.synthetic --size reference --num-train 2048 --out DIR
+    python -m flux.data.synthetic --size reference --num-train 2048 --out DIR --workers 2
+    python -m flux.data.synthetic --size reference --fill-memory-ratio 5 --out DIR --shard 1/4   # node 2 of 4
 
 Writes `train/` and `validation/` (datasets save_to_disk directories of Arrow stream shards;
 validation has `timestep = index % 8`, like the COCO subset) and `empty_encodings/`
 ({t5,clip}_empty.npy, float16 like the reference script), then `generator.json`, which marks the
 dataset complete and records how it was made. The content is planted by flux/data/planted.py;
-sizes and knobs are in flux/data/synthetic_sizes.py. Same seed, same bytes.
+sizes and knobs are in flux/data/synthetic_sizes.py. Same seed, same bytes, whatever the number
+of workers and shards: each Arrow shard file is one job of common/data/generation.py, written
+whole; the JSON files of both splits, the empty encodings and generator.json come last.
 """
 
 from __future__ import annotations
@@ -18,19 +21,19 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from common.config.paths import DEFAULT_DATA_ROOT
-from flux.data import layout
+from common.data import generation
+from common.data.generation import FileJob, write_text_whole
+from flux.data import hf_disk, layout
 from flux.data.empty_encodings import save_empty_encodings
 from flux.data.planted import PlantedWorld
 from flux.data.synthetic_sizes import SYNTHETIC_SIZES, SyntheticSize, get_size
-from flux.data.writer import SplitWriter
+from flux.data.writer import ShardFileWriter, finish_split
 
 _PROGRESS_BYTES = 64 << 20  # show a progress bar when a dataset is at least this big
 
@@ -49,6 +52,106 @@ def size_from_info(info: dict[str, Any]) -> SyntheticSize:
     return SyntheticSize(**info["size"])
 
 
+def _fingerprint_seed(size: SyntheticSize, seed: int, split: str) -> str:
+    return f"flux-synthetic:{seed}:{split}:{json.dumps(_size_json(size), sort_keys=True)}"
+
+
+class SyntheticPlan:
+    """The dataset as common.data.generation writes it: one job per Arrow shard file of each
+    split; the metadata at the end. Worker processes build the planted world once, on first use."""
+
+    def __init__(self, size: SyntheticSize, *, seed: int, empty_storage: str = "float16") -> None:
+        self.size, self.seed, self.empty_storage = size, seed, empty_storage
+        self._world: PlantedWorld | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_world": None}  # each process builds its own
+
+    @property
+    def world(self) -> PlantedWorld:
+        if self._world is None:
+            self._world = PlantedWorld(self.size, seed=self.seed)
+        return self._world
+
+    @property
+    def name(self) -> str:
+        return f"flux synthetic (seed {self.seed})"
+
+    def settings(self) -> dict[str, Any]:
+        return {"generator": "flux.data.synthetic", "seed": self.seed, "size": _size_json(self.size),
+                "empty_storage": self.empty_storage}
+
+    def _splits(self) -> list[tuple[str, str, int]]:
+        size = self.size
+        return [("train", layout.SYNTHETIC_TRAIN_DIRNAME, size.num_train),
+                ("validation", layout.SYNTHETIC_VALIDATION_DIRNAME, size.num_validation)]
+
+    def _shards(self, count: int) -> tuple[list[str], list[int]]:
+        num_shards = -(-count // self.size.rows_per_shard)
+        return ([hf_disk.shard_file_name(i, num_shards) for i in range(num_shards)],
+                hf_disk.shard_row_counts(count, num_shards))
+
+    def jobs(self) -> list[FileJob]:
+        jobs = []
+        for split, dirname, count in self._splits():
+            names, rows = self._shards(count)
+            start = 0
+            for name, num_rows in zip(names, rows):
+                jobs.append(FileJob(relpath=f"{dirname}/{name}", nbytes=num_rows * self.size.sample_bytes,
+                                    key=(split, start, num_rows)))
+                start += num_rows
+        return jobs
+
+    def write(self, job: FileJob, path: Path) -> int:
+        split, start, num_rows = job.key
+        validation = split == "validation"
+        shard = ShardFileWriter(path, num_rows=num_rows, with_timestep=validation)
+        try:
+            for index in range(start, start + num_rows):
+                sample = self.world.sample(split, index)
+                shard.append(key=f"{index:09d}", t5=sample.t5, clip=sample.clip, mean=sample.mean,
+                             logvar=sample.logvar, timestep=index % layout.NUM_EVAL_TIMESTEPS if validation else None)
+        except BaseException:
+            shard.abort()
+            raise
+        return shard.close()
+
+    def finalize(self, out_dir: Path) -> str:
+        paths = layout.synthetic_paths(out_dir)
+        for split, dirname, count in self._splits():
+            names, _ = self._shards(count)
+            finish_split(out_dir / dirname, shard_names=names, num_rows=count, with_timestep=split == "validation",
+                         fingerprint_seed=_fingerprint_seed(self.size, self.seed, split))
+        shutil.rmtree(paths.empty_encodings, ignore_errors=True)
+        save_empty_encodings(paths.empty_encodings, t5=torch.from_numpy(self.world.empty_t5),
+                             clip=torch.from_numpy(self.world.empty_clip), storage=self.empty_storage)
+        info = {**self.settings(), "sample_bytes": self.size.sample_bytes}
+        write_text_whole(out_dir / layout.GENERATOR_INFO_FILE, json.dumps(info, indent=2, sort_keys=True))  # last
+        return (f"dataset_info.json and state.json of both splits, empty encodings and {layout.GENERATOR_INFO_FILE}: "
+                f"{self.size.num_train:,} train + {self.size.num_validation:,} validation samples, "
+                f"{self.size.shapes.describe()}, {self.size.total_bytes / 1e6:,.1f} MB")
+
+    def is_complete(self, out_dir: Path) -> bool:
+        return (out_dir / layout.GENERATOR_INFO_FILE).is_file()
+
+
+def _clear(out_dir: Path, *, overwrite: bool) -> None:
+    """Refuses to write over a dataset (or a download); with `overwrite`, removes ours first."""
+    info_file = out_dir / layout.GENERATOR_INFO_FILE
+    if (out_dir / layout.DOWNLOADED_TRAIN_DIRNAME).exists() and not info_file.exists():
+        raise FileExistsError(
+            f"{out_dir} holds downloaded data ({layout.DOWNLOADED_TRAIN_DIRNAME}/); refusing to write there"
+        )
+    if info_file.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} already holds a synthetic dataset; pass overwrite=True (--overwrite)")
+    if overwrite:
+        info_file.unlink(missing_ok=True)
+        paths = layout.synthetic_paths(out_dir)
+        for directory in (paths.train, paths.validation, paths.empty_encodings):
+            shutil.rmtree(directory, ignore_errors=True)
+        (out_dir / generation.PLAN_FILE).unlink(missing_ok=True)
+
+
 def generate(
     out_dir: str | Path,
     *,
@@ -57,80 +160,23 @@ def generate(
     progress: bool | None = None,
     overwrite: bool = False,
     empty_storage: str = "float16",
+    workers: int = 1,
 ) -> Path:
     """Writes the three parts and generator.json under `out_dir`; returns `out_dir`."""
     size = get_size(size) if isinstance(size, str) else size
     out_dir = Path(out_dir)
-    paths = layout.synthetic_paths(out_dir)
-    info_file = out_dir / layout.GENERATOR_INFO_FILE
-    if info_file.exists():
-        if not overwrite:
-            raise FileExistsError(f"{out_dir} already holds a synthetic dataset; pass overwrite=True (--overwrite)")
-        info_file.unlink()
-    elif (out_dir / layout.DOWNLOADED_TRAIN_DIRNAME).exists():
-        raise FileExistsError(
-            f"{out_dir} holds downloaded data ({layout.DOWNLOADED_TRAIN_DIRNAME}/); refusing to write there"
-        )
+    _clear(out_dir, overwrite=overwrite)
     show = size.total_bytes >= _PROGRESS_BYTES if progress is None else progress
-    started = time.perf_counter()
+    plan = SyntheticPlan(size, seed=seed, empty_storage=empty_storage)
     # Per-sample tensors are small; torch's intra-op threads only contend with each other (a
     # 1 M-value bf16 cast took 12 ms on 2 busy cores, 0.6 ms on one thread).
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        world = PlantedWorld(size, seed=seed)
-        _write_splits(paths, world=world, show=show)
+        generation.generate(plan, out_dir, workers=workers, progress=show,
+                            log=(lambda line: print(line, file=sys.stderr)) if show else (lambda line: None))
     finally:
         torch.set_num_threads(threads)
-    shutil.rmtree(paths.empty_encodings, ignore_errors=True)
-    save_empty_encodings(
-        paths.empty_encodings,
-        t5=torch.from_numpy(world.empty_t5),
-        clip=torch.from_numpy(world.empty_clip),
-        storage=empty_storage,
-    )
-    info = {
-        "generator": "flux.data.synthetic",
-        "seed": seed,
-        "size": _size_json(size),
-        "sample_bytes": size.sample_bytes,
-        "empty_storage": empty_storage,
-    }
-    temporary = info_file.with_name(info_file.name + ".tmp")
-    temporary.write_text(json.dumps(info, indent=2, sort_keys=True))
-    os.replace(temporary, info_file)
-    if show:
-        seconds = time.perf_counter() - started
-        print(f"[flux data] wrote {size.total_bytes / 1e6:,.0f} MB to {out_dir} in {seconds:.1f} s", file=sys.stderr)
     return out_dir
-
-
-def _write_splits(paths: layout.DatasetPaths, *, world: PlantedWorld, show: bool) -> None:
-    size, seed = world.size, world.seed
-    for split, split_dir, count in (
-        ("train", paths.train, size.num_train),
-        ("validation", paths.validation, size.num_validation),
-    ):
-        with SplitWriter(
-            split_dir,
-            num_rows=count,
-            rows_per_shard=size.rows_per_shard,
-            with_timestep=split == "validation",
-            fingerprint_seed=f"flux-synthetic:{seed}:{split}:{json.dumps(_size_json(size), sort_keys=True)}",
-            overwrite=True,  # no generator.json: whatever is there is an interrupted run of ours
-        ) as writer:
-            for index in tqdm(
-                range(count), desc=f"synthetic flux {split}", unit="sample", disable=not show, file=sys.stderr
-            ):
-                sample = world.sample(split, index)
-                writer.append(
-                    key=f"{index:09d}",
-                    t5=sample.t5,
-                    clip=sample.clip,
-                    mean=sample.mean,
-                    logvar=sample.logvar,
-                    timestep=index % layout.NUM_EVAL_TIMESTEPS if split == "validation" else None,
-                )
 
 
 def ensure_synthetic(
@@ -150,18 +196,13 @@ def ensure_synthetic(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="tiny", choices=sorted(SYNTHETIC_SIZES))
-    parser.add_argument("--seed", default=0, type=int)
-    parser.add_argument(
-        "--out", type=Path, help="dataset directory (default: <data-root>/flux/synthetic-<size>-seed<N>)"
-    )
-    parser.add_argument("--data-root", type=Path, default=Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT)))
-    parser.add_argument("--num-train", type=int, help="override the size's train sample count")
-    parser.add_argument("--num-validation", type=int, help="override the size's validation sample count")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=generation.sizes_epilog([(name, size.num_train, size.sample_bytes, size.total_bytes)
+                                        for name, size in SYNTHETIC_SIZES.items()]))
+    generation.add_arguments(parser, sizes=sorted(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--rows-per-shard", type=int, help="override the rows per Arrow shard (reference: 231)")
     parser.add_argument("--empty-storage", default="float16", choices=("float16", "bf16_bits"))
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing synthetic dataset")
     args = parser.parse_args(argv)
     overrides = {
         name: value
@@ -173,13 +214,21 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None
     }
     size = dataclasses.replace(get_size(args.size), **overrides)
-    out = args.out or layout.dataset_dir(args.data_root, layout.synthetic_dataset_name(args.size, args.seed))
-    generate(out, size=size, seed=args.seed, overwrite=args.overwrite, empty_storage=args.empty_storage)
-    print(
-        f"synthetic FLUX dataset at {out}: {size.num_train} train + {size.num_validation} validation samples, "
-        f"{size.shapes.describe()}, {size.total_bytes / 1e6:,.1f} MB"
-    )
-    return 0
+    if args.fill_memory_ratio:
+        num_train = generation.samples_to_fill(args.fill_memory_ratio, size.sample_bytes)
+        print(f"--fill-memory-ratio {args.fill_memory_ratio:g}: {num_train:,} training samples of {size.sample_bytes:,} B "
+              f"fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
+        size = dataclasses.replace(size, num_train=num_train)
+    data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
+    out = args.out or layout.dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed))
+    plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage)
+    if not (args.dry_run or args.finalize):
+        if args.overwrite and args.shard.count > 1:
+            raise SystemExit("--overwrite replaces the whole dataset: run it once without --shard, or give each "
+                             "generation its own --out")
+        _clear(out, overwrite=args.overwrite)
+    torch.set_num_threads(1)
+    return generation.run_command(plan, out, args)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 Rows go to `data-XXXXX-of-NNNNN.arrow` shards sized like `datasets` sizes them; a shard holds
 one or more Arrow record batches (at most `batch_bytes` of cells each, so writing reference-size
-samples never buffers a whole 480 MB shard). The split is assembled in `<split_dir>.partial/` and
-renamed into place when `close()` has written `dataset_info.json` and `state.json`, so a split
-directory that exists is complete.
+samples never buffers a whole 480 MB shard). SplitWriter assembles a split in `<split_dir>.partial/`
+and renames it into place when `close()` has written `dataset_info.json` and `state.json`, so a
+split directory it made is complete; ShardFileWriter writes one shard file on its own (the
+generator's parallel, sharded path, which writes the JSON files last with `finish_split`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,79 @@ from flux.data.schema import KEY_COLUMN, TENSOR_COLUMNS, TIMESTEP_COLUMN, arrow_
 
 DEFAULT_BATCH_BYTES = 64 << 20
 REFERENCE_ROWS_PER_SHARD = 231  # 1,099,776 CC12M rows in 4,762 shards
+
+
+class ShardFileWriter:
+    """One `data-XXXXX-of-NNNNN.arrow` file: rows appended one at a time, written as Arrow record
+    batches of at most `batch_bytes` of cells (the last batch takes the shard's last rows).
+    Its bytes depend only on the rows, so any process can write any shard (common.data.generation)."""
+
+    def __init__(self, path: str | Path, *, num_rows: int, with_timestep: bool,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+        self.path = Path(path)
+        self.num_rows = num_rows
+        self.with_timestep = with_timestep
+        self.batch_bytes = batch_bytes
+        self.schema = arrow_schema(with_timestep=with_timestep)
+        self._sink = pa.OSFile(str(self.path), "wb")
+        self._stream = pa.ipc.new_stream(self._sink, self.schema)
+        self._pending: dict[str, list] = {}
+        self._pending_bytes = 0
+        self.rows_written = 0
+
+    def append(self, *, key: str, t5, clip, mean, logvar, timestep: int | None = None) -> None:
+        """Adds one row; float tensors are rounded to bf16, uint16 arrays are taken as bf16 bits."""
+        if self.rows_written >= self.num_rows:
+            raise ValueError(f"{self.path}: all {self.num_rows} rows are written already")
+        if (timestep is None) == self.with_timestep:
+            raise ValueError(f"{self.path}: timestep must be {'given' if self.with_timestep else 'None'}")
+        cells = dict(zip(TENSOR_COLUMNS, (encode_bf16_npy(x) for x in (t5, clip, mean, logvar)), strict=False))
+        self._pending.setdefault(KEY_COLUMN, []).append(key)
+        for name, blob in cells.items():
+            self._pending.setdefault(name, []).append(blob)
+            self._pending_bytes += len(blob)
+        if self.with_timestep:
+            self._pending.setdefault(TIMESTEP_COLUMN, []).append(int(timestep))
+        self.rows_written += 1
+        if self.rows_written < self.num_rows and self._pending_bytes >= self.batch_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        columns = [pa.array(self._pending[field.name], type=field.type) for field in self.schema]
+        self._stream.write_batch(pa.record_batch(columns, schema=self.schema))
+        self._pending = {}
+        self._pending_bytes = 0
+
+    def close(self) -> int:
+        """Writes the last batch and closes the file; returns its size in bytes."""
+        if self.rows_written != self.num_rows:
+            raise ValueError(f"{self.path}: {self.rows_written} of {self.num_rows} rows written")
+        self._flush()
+        self._stream.close()
+        self._sink.close()
+        return self.path.stat().st_size
+
+    def abort(self) -> None:
+        self._sink.close()
+
+
+def split_fingerprint(fingerprint_seed: str, shard_names: list[str]) -> str:
+    """The `_fingerprint` of a split's state.json: a function of how it was made and its shard names."""
+    digest = hashlib.blake2b(fingerprint_seed.encode(), digest_size=8)
+    for name in shard_names:
+        digest.update(name.encode())
+    return digest.hexdigest()
+
+
+def finish_split(split_dir: str | Path, *, shard_names: list[str], num_rows: int, with_timestep: bool,
+                 fingerprint_seed: str) -> None:
+    """dataset_info.json and state.json of a split whose shard files are written."""
+    schema = arrow_schema(with_timestep=with_timestep)
+    hf_disk.write_dataset_info(Path(split_dir), features=hf_features(schema), num_rows=num_rows)
+    hf_disk.write_state(Path(split_dir), shard_names=shard_names,
+                        fingerprint=split_fingerprint(fingerprint_seed, shard_names))
 
 
 class SplitWriter:
@@ -48,22 +122,17 @@ class SplitWriter:
         self.num_rows = num_rows
         self.with_timestep = with_timestep
         self.batch_bytes = batch_bytes
-        self.schema = arrow_schema(with_timestep=with_timestep)
         num_shards = -(-num_rows // rows_per_shard)
         self.shard_rows = hf_disk.shard_row_counts(num_rows, num_shards)
         self.shard_names = [hf_disk.shard_file_name(i, num_shards) for i in range(num_shards)]
         self._partial = self.split_dir.with_name(self.split_dir.name + ".partial")
         shutil.rmtree(self._partial, ignore_errors=True)
         self._partial.mkdir(parents=True)
-        self._fingerprint = hashlib.blake2b(fingerprint_seed.encode(), digest_size=8)
+        self._fingerprint_seed = fingerprint_seed
         self._overwrite = overwrite
         self._rows_written = 0
         self._shard = -1
-        self._rows_in_shard = 0
-        self._sink: pa.OSFile | None = None
-        self._stream: pa.ipc.RecordBatchStreamWriter | None = None
-        self._pending: dict[str, list] = {}
-        self._pending_bytes = 0
+        self._file: ShardFileWriter | None = None
 
     def append(
         self,
@@ -80,57 +149,31 @@ class SplitWriter:
             raise ValueError(f"{self.split_dir}: all {self.num_rows} rows are written already")
         if (timestep is None) == self.with_timestep:
             raise ValueError(f"{self.split_dir}: timestep must be {'given' if self.with_timestep else 'None'}")
-        if self._stream is None:
-            self._open_next_shard()
-        cells = dict(zip(TENSOR_COLUMNS, (encode_bf16_npy(x) for x in (t5, clip, mean, logvar)), strict=False))
-        self._pending.setdefault(KEY_COLUMN, []).append(key)
-        for name, blob in cells.items():
-            self._pending.setdefault(name, []).append(blob)
-            self._pending_bytes += len(blob)
-        if self.with_timestep:
-            self._pending.setdefault(TIMESTEP_COLUMN, []).append(int(timestep))
+        if self._file is None:
+            self._shard += 1
+            self._file = ShardFileWriter(self._partial / self.shard_names[self._shard],
+                                         num_rows=self.shard_rows[self._shard], with_timestep=self.with_timestep,
+                                         batch_bytes=self.batch_bytes)
+        self._file.append(key=key, t5=t5, clip=clip, mean=mean, logvar=logvar, timestep=timestep)
         self._rows_written += 1
-        self._rows_in_shard += 1
-        if self._rows_in_shard == self.shard_rows[self._shard]:
-            self._close_shard()
-        elif self._pending_bytes >= self.batch_bytes:
-            self._flush()
-
-    def _open_next_shard(self) -> None:
-        self._shard += 1
-        self._rows_in_shard = 0
-        self._sink = pa.OSFile(str(self._partial / self.shard_names[self._shard]), "wb")
-        self._stream = pa.ipc.new_stream(self._sink, self.schema)
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        columns = [pa.array(self._pending[field.name], type=field.type) for field in self.schema]
-        self._stream.write_batch(pa.record_batch(columns, schema=self.schema))
-        self._pending = {}
-        self._pending_bytes = 0
-
-    def _close_shard(self) -> None:
-        self._flush()
-        self._stream.close()
-        self._sink.close()
-        self._fingerprint.update(self.shard_names[self._shard].encode())
-        self._stream = self._sink = None
+        if self._file.rows_written == self._file.num_rows:
+            self._file.close()
+            self._file = None
 
     def close(self) -> Path:
         """Writes the JSON files and moves the finished split into place."""
         if self._rows_written != self.num_rows:
             raise ValueError(f"{self.split_dir}: {self._rows_written} of {self.num_rows} rows written")
-        hf_disk.write_dataset_info(self._partial, features=hf_features(self.schema), num_rows=self.num_rows)
-        hf_disk.write_state(self._partial, shard_names=self.shard_names, fingerprint=self._fingerprint.hexdigest())
+        finish_split(self._partial, shard_names=self.shard_names, num_rows=self.num_rows,
+                     with_timestep=self.with_timestep, fingerprint_seed=self._fingerprint_seed)
         if self.split_dir.exists() and self._overwrite:
             shutil.rmtree(self.split_dir)
         os.replace(self._partial, self.split_dir)
         return self.split_dir
 
     def abort(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
+        if self._file is not None:
+            self._file.abort()
         shutil.rmtree(self._partial, ignore_errors=True)
 
     def __enter__(self) -> SplitWriter:

@@ -1,6 +1,7 @@
 """Synthetic Yambda: the real raw layout and schema, Yambda-like statistics, a planted signal.
 
     python -m recommendation_v4.data.synthetic --size tiny --seed 0 --out DIR
+    python -m recommendation_v4.data.synthetic --size large --out DIR --workers 2 --shard 0/2   # one node of two
 
 Statistics: Zipf item popularity, lognormal user activity, sessions separated by more than
 1800 s with track-length spacing inside a session, 5 s timestamp bins, mostly listens with a
@@ -14,7 +15,8 @@ plus a user bias and only a weak track-quality effect; which tracks a user plays
 toward the affinity, so the history (listen+ / skip / like pools) reveals the taste. The true
 factors are written to `synthetic_truth/` so `signal_check.py` can score an oracle.
 
-Output is bit-identical for a given size and seed.
+Output is bit-identical for a given size and seed, whatever the number of workers and shards:
+each chunk of users is one job of common/data/generation.py with its own random stream.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
+from common.data import generation
+from common.data.generation import FileJob
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.synthetic_sizes import SYNTHETIC_SIZES, SyntheticSize, get_size
 
@@ -312,50 +315,120 @@ def _write_truth(truth_dir: pathlib.Path, *, users: _Users, catalog: _Catalog,
     (truth_dir / TRUTH_COEFFICIENTS_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
+PARTS_DIR = "raw.parts"  # beside raw/: the event log in chunks, joined into raw/multi_event.parquet at the end
+# Parquet bytes per event of the event log (lz4), for estimates only: measured 8.6 on "small".
+_ESTIMATED_BYTES_PER_EVENT = 8.6
+
+
+def estimated_bytes(config: SyntheticSize) -> int:
+    return int(config.num_users * config.events_per_user * _ESTIMATED_BYTES_PER_EVENT)
+
+
+class SyntheticPlan:
+    """The dataset as common.data.generation writes it: one job per chunk of users (its events, a
+    parquet part under raw.parts/, from the chunk's own random stream); at the end the parts are
+    joined into raw/multi_event.parquet (the same row groups a single writer makes), and the
+    mapping files and synthetic_truth/ are written. raw/ and synthetic_truth/ appear only then."""
+
+    def __init__(self, size_name: str, config: SyntheticSize, *, seed: int,
+                 coefficients: SignalCoefficients | None = None) -> None:
+        self.size_name, self.config, self.seed = size_name, config, seed
+        self.coefficients = coefficients or SignalCoefficients()
+        self._world: tuple[_Catalog, _Users] | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_world": None}  # each process builds its own
+
+    @property
+    def world(self) -> tuple[_Catalog, _Users]:
+        if self._world is None:
+            self._world = (_build_catalog(self.config, np.random.default_rng([self.seed, 0])),
+                           _build_users(self.config, np.random.default_rng([self.seed, 1])))
+        return self._world
+
+    @property
+    def name(self) -> str:
+        return f"yambda synthetic {self.size_name} (seed {self.seed})"
+
+    def settings(self) -> dict:
+        return {"generator": "recommendation_v4.data.synthetic", "size": self.size_name, "seed": self.seed,
+                "config": dataclasses.asdict(self.config), "coefficients": dataclasses.asdict(self.coefficients)}
+
+    def _chunks(self) -> list[range]:
+        config = self.config
+        return [range(start, min(start + config.users_per_chunk, config.num_users))
+                for start in range(0, config.num_users, config.users_per_chunk)]
+
+    def jobs(self) -> list[FileJob]:
+        per_user = self.config.events_per_user * _ESTIMATED_BYTES_PER_EVENT
+        return [FileJob(relpath=f"{PARTS_DIR}/multi_event-{index:05d}.parquet", nbytes=int(len(users) * per_user),
+                        key=index) for index, users in enumerate(self._chunks())]
+
+    def write(self, job: FileJob, path: pathlib.Path) -> int:
+        catalog, users = self.world
+        table = _generate_chunk(users=users, user_range=self._chunks()[job.key], catalog=catalog, size=self.config,
+                                coefficients=self.coefficients, rng=np.random.default_rng([self.seed, 2, job.key]))
+        with pq.ParquetWriter(path, schema.arrow_schema(schema.MULTI_EVENT_COLUMNS), compression="lz4") as writer:
+            writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
+        return path.stat().st_size
+
+    def finalize(self, out_dir: pathlib.Path) -> str:
+        catalog, users = self.world
+        raw_dir, truth_dir = layout.raw_dir(out_dir), layout.synthetic_truth_dir(out_dir)
+        # Written beside the final paths and renamed at the end: a crash never leaves a raw/ dir
+        # that looks complete.
+        staging = out_dir / f".synthetic-staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / layout.RAW_DIR).mkdir(parents=True)
+        event_schema = schema.arrow_schema(schema.MULTI_EVENT_COLUMNS)
+        events = 0
+        with pq.ParquetWriter(staging / layout.RAW_DIR / layout.MULTI_EVENT_FILE, event_schema,
+                              compression="lz4") as writer:
+            for job in self.jobs():  # chunk order: the bytes of one writer taking the chunks in turn
+                table = pq.read_table(out_dir / job.relpath, schema=event_schema)
+                writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
+                events += table.num_rows
+        pq.write_table(_mapping_table(catalog.item_album, catalog.item_mapped, schema.ALBUM_MAPPING_COLUMNS),
+                       staging / layout.RAW_DIR / layout.ALBUM_MAPPING_FILE, compression="lz4")
+        pq.write_table(_mapping_table(catalog.item_artist, catalog.item_mapped, schema.ARTIST_MAPPING_COLUMNS),
+                       staging / layout.RAW_DIR / layout.ARTIST_MAPPING_FILE, compression="lz4")
+        _write_truth(staging / layout.SYNTHETIC_TRUTH_DIR, users=users, catalog=catalog,
+                     coefficients=self.coefficients, size_name=self.size_name, seed=self.seed)
+        for final in (raw_dir, truth_dir, layout.processed_dir(out_dir)):
+            shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging / layout.RAW_DIR, raw_dir)
+        os.replace(staging / layout.SYNTHETIC_TRUTH_DIR, truth_dir)  # last: marks the dataset complete
+        staging.rmdir()
+        shutil.rmtree(out_dir / PARTS_DIR, ignore_errors=True)
+        size = (raw_dir / layout.MULTI_EVENT_FILE).stat().st_size
+        return f"{raw_dir / layout.MULTI_EVENT_FILE}: {events:,} events, {size / 1e6:,.1f} MB; mappings and truth"
+
+    def is_complete(self, out_dir: pathlib.Path) -> bool:
+        truth = layout.synthetic_truth_dir(out_dir) / TRUTH_COEFFICIENTS_FILE
+        return truth.is_file() and all((layout.raw_dir(out_dir) / f).is_file() for f in layout.RAW_FILES)
+
+
 def generate(
     out_dir: str | pathlib.Path, *, size: str, seed: int, overwrite: bool = False,
-    coefficients: SignalCoefficients | None = None,
+    coefficients: SignalCoefficients | None = None, workers: int = 1, progress: bool = False,
 ) -> pathlib.Path:
     """Write `<out_dir>/raw/*.parquet` and `<out_dir>/synthetic_truth/`; returns out_dir."""
     out_dir = pathlib.Path(out_dir)
-    config = get_size(size)
-    coefficients = coefficients or SignalCoefficients()
-    raw_dir, truth_dir = layout.raw_dir(out_dir), layout.synthetic_truth_dir(out_dir)
+    plan = SyntheticPlan(size, get_size(size), seed=seed, coefficients=coefficients)
+    _clear(out_dir, overwrite=overwrite)
+    generation.generate(plan, out_dir, workers=workers, progress=progress, overwrite=overwrite,
+                        log=(lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None))
+    return out_dir
+
+
+def _clear(out_dir: pathlib.Path, *, overwrite: bool) -> None:
+    raw_dir = layout.raw_dir(out_dir)
     if raw_dir.exists() and not overwrite:
         raise FileExistsError(f"{raw_dir} already exists; pass overwrite=True (--overwrite) to replace it")
-    catalog = _build_catalog(config, np.random.default_rng([seed, 0]))
-    users = _build_users(config, np.random.default_rng([seed, 1]))
-
-    # Written beside the final paths and renamed at the end: a crash never leaves a raw/ dir
-    # that looks complete.
-    staging = out_dir / f".synthetic-staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / layout.RAW_DIR).mkdir(parents=True)
-    event_path = staging / layout.RAW_DIR / layout.MULTI_EVENT_FILE
-    chunk_starts = range(0, config.num_users, config.users_per_chunk)
-    with pq.ParquetWriter(event_path, schema.arrow_schema(schema.MULTI_EVENT_COLUMNS), compression="lz4") as writer:
-        for chunk_index, start in enumerate(
-            tqdm(chunk_starts, desc=f"synthetic {size}", unit="chunk", disable=len(chunk_starts) < 4)
-        ):
-            table = _generate_chunk(
-                users=users, user_range=range(start, min(start + config.users_per_chunk, config.num_users)),
-                catalog=catalog, size=config, coefficients=coefficients,
-                rng=np.random.default_rng([seed, 2, chunk_index]),
-            )
-            writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
-    pq.write_table(_mapping_table(catalog.item_album, catalog.item_mapped, schema.ALBUM_MAPPING_COLUMNS),
-                   staging / layout.RAW_DIR / layout.ALBUM_MAPPING_FILE, compression="lz4")
-    pq.write_table(_mapping_table(catalog.item_artist, catalog.item_mapped, schema.ARTIST_MAPPING_COLUMNS),
-                   staging / layout.RAW_DIR / layout.ARTIST_MAPPING_FILE, compression="lz4")
-    _write_truth(staging / layout.SYNTHETIC_TRUTH_DIR, users=users, catalog=catalog,
-                 coefficients=coefficients, size_name=size, seed=seed)
-
-    for final in (raw_dir, truth_dir, layout.processed_dir(out_dir)):
-        shutil.rmtree(final, ignore_errors=True)
-    os.replace(staging / layout.RAW_DIR, raw_dir)
-    os.replace(staging / layout.SYNTHETIC_TRUTH_DIR, truth_dir)
-    staging.rmdir()
-    return out_dir
+    if overwrite:
+        for directory in (raw_dir, layout.synthetic_truth_dir(out_dir), out_dir / PARTS_DIR):
+            shutil.rmtree(directory, ignore_errors=True)
+        (out_dir / generation.PLAN_FILE).unlink(missing_ok=True)
 
 
 def ensure_synthetic(out_dir: str | pathlib.Path, *, size: str, seed: int) -> pathlib.Path:
@@ -370,22 +443,35 @@ def ensure_synthetic(out_dir: str | pathlib.Path, *, size: str, seed: int) -> pa
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate a synthetic Yambda dataset directory.")
-    parser.add_argument("--size", default="tiny", help="one of: " + ", ".join(SYNTHETIC_SIZES))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path, help="dataset directory (default: <data-root>/<name>)")
-    parser.add_argument("--data-root", type=pathlib.Path, default=pathlib.Path("data"))
-    parser.add_argument("--overwrite", action="store_true")
+    parser = argparse.ArgumentParser(
+        description="Generate a synthetic Yambda dataset directory.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=generation.sizes_epilog([
+            (name, int(config.num_users * config.events_per_user), int(_ESTIMATED_BYTES_PER_EVENT), estimated_bytes(config))
+            for name, config in SYNTHETIC_SIZES.items()]) + "\n(DLRM-HSTU's training samples are the users' events; "
+        "--num-train sets the number of users, --num-validation has no meaning here)")
+    generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     args = parser.parse_args(argv)
-    out = args.out or layout.default_dataset_dir(args.data_root, layout.synthetic_dataset_name(args.size, args.seed))
+    config = get_size(args.size)
+    if args.num_train is not None:
+        config = dataclasses.replace(config, num_users=args.num_train)
+    if args.fill_memory_ratio:
+        users = generation.samples_to_fill(args.fill_memory_ratio, config.events_per_user * _ESTIMATED_BYTES_PER_EVENT)
+        print(f"--fill-memory-ratio {args.fill_memory_ratio:g}: {users:,} users of about {config.events_per_user:,.0f} "
+              f"events fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB")
+        config = dataclasses.replace(config, num_users=users)
+    data_root = args.data_root or pathlib.Path(os.environ.get("MLPERF_DATA_ROOT", "data"))
+    out = args.out or layout.default_dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed))
+    plan = SyntheticPlan(args.size, config, seed=args.seed)
     try:
-        generate(out, size=args.size, seed=args.seed, overwrite=args.overwrite)
-    except (FileExistsError, ValueError) as err:
+        if not (args.dry_run or args.finalize):
+            if args.overwrite and args.shard.count > 1:
+                raise FileExistsError("--overwrite replaces the whole dataset: run it once without --shard, or give "
+                                      "each generation its own --out")
+            _clear(out, overwrite=args.overwrite)
+        return generation.run_command(plan, out, args)
+    except (FileExistsError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    footer = pq.ParquetFile(layout.raw_dir(out) / layout.MULTI_EVENT_FILE).metadata
-    print(f"wrote {out}: {footer.num_rows} events in {footer.num_row_groups} row groups")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Synthetic OpenImages-MLPerf dataset: real JPEG files and COCO json in the reference layout.
 
     python -m retinanet.data.synthetic --size tiny --seed 0 --out DIR
+    python -m retinanet.data.synthetic --size reference --out DIR --workers 8 --shard 0/2   # one node of two
 
 Every image is a pure function of (seed, split, index), so the output is byte-identical for a
-seed whatever the number of worker processes. Objects of each class share a shape and colour
-(see synthetic_drawing.py) at annotated boxes, so a detector's mAP rises as it learns.
+seed whatever the number of worker processes or shards (common/data/generation.py: files
+written whole, resumable, the COCO json and generator.json written once all images exist).
+Objects of each class share a shape and colour (see synthetic_drawing.py) at annotated boxes,
+so a detector's mAP rises as it learns.
 """
 
 from __future__ import annotations
@@ -14,17 +17,16 @@ import dataclasses
 import hashlib
 import io
 import json
-import multiprocessing
 import os
 import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from common.config.paths import DEFAULT_DATA_ROOT
+from common.data import generation
+from common.data.generation import FileJob, write_text_whole
 from retinanet.data import layout
 from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
 from retinanet.data.synthetic_drawing import class_appearances, render_image, sample_object_boxes
@@ -149,15 +151,6 @@ class GenerationReport:
 
 
 @dataclasses.dataclass(frozen=True)
-class _ImageTask:
-    seed: int
-    split: str
-    index: int
-    images_dir: Path
-    size: SyntheticSize
-
-
-@dataclasses.dataclass(frozen=True)
 class _ImageResult:
     file_name: str
     width: int
@@ -171,9 +164,10 @@ def image_file_stem(*, seed: int, split: str, index: int) -> str:
     return hashlib.blake2b(f"{seed}:{split}:{index}".encode(), digest_size=8).hexdigest()
 
 
-def _generate_one(task: _ImageTask) -> _ImageResult:
-    size = task.size
-    rng = np.random.default_rng([task.seed, _SPLIT_CODES[task.split], task.index])
+def _image_layout(size: SyntheticSize, *, seed: int, split: str, index: int):
+    """The image's random stream, its size and its annotated objects (cheap: no pixels). The
+    stream continues into the drawing, so the annotations are recomputed from it exactly."""
+    rng = np.random.default_rng([seed, _SPLIT_CODES[split], index])
     long_side = int(rng.integers(size.long_side[0], size.long_side[1] + 1))
     ratio_w, ratio_h = _ASPECT_RATIOS[int(rng.choice(len(_ASPECT_RATIOS), p=_ASPECT_WEIGHTS))]
     if ratio_w >= ratio_h:
@@ -189,6 +183,11 @@ def _generate_one(task: _ImageTask) -> _ImageResult:
         max_fraction=size.object_fraction[1],
     )
     objects = [(int(rng.integers(0, size.num_classes)), box) for box in boxes]
+    return rng, width, height, objects
+
+
+def _encode_image(size: SyntheticSize, *, seed: int, split: str, index: int) -> bytes:
+    rng, width, height, objects = _image_layout(size, seed=seed, split=split, index=index)
     picture = render_image(
         rng,
         width=width,
@@ -199,9 +198,89 @@ def _generate_one(task: _ImageTask) -> _ImageResult:
     )
     buffer = io.BytesIO()
     picture.save(buffer, format="JPEG", quality=int(rng.integers(size.jpeg_quality[0], size.jpeg_quality[1] + 1)))
-    file_name = image_file_stem(seed=task.seed, split=task.split, index=task.index) + ".jpg"
-    (task.images_dir / file_name).write_bytes(buffer.getvalue())
-    return _ImageResult(file_name=file_name, width=width, height=height, objects=objects, num_bytes=buffer.tell())
+    return buffer.getvalue()
+
+
+# Bytes per pixel of the JPEGs, for estimates only (progress, --dry-run, --help): measured mean
+# 324,401 B for the `bench` look (1024-1536 px long side, ~1.2 Mpx).
+_ESTIMATED_BYTES_PER_PIXEL = 0.26
+
+
+def estimated_image_bytes(size: SyntheticSize) -> int:
+    long_side = sum(size.long_side) / 2
+    return int(_ESTIMATED_BYTES_PER_PIXEL * long_side * long_side * 0.75)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticPlan:
+    """The dataset as common.data.generation writes it: one job per JPEG, the COCO json of both
+    splits and generator.json at the end."""
+
+    size: SyntheticSize
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"retinanet synthetic (seed {self.seed})"
+
+    def settings(self) -> dict[str, Any]:
+        return {"generator": "retinanet.data.synthetic", "seed": self.seed,
+                "size": json.loads(json.dumps(dataclasses.asdict(self.size)))}
+
+    def _counts(self) -> tuple[tuple[str, int], ...]:
+        return ((layout.TRAIN_SPLIT, self.size.num_train), (layout.VALIDATION_SPLIT, self.size.num_validation))
+
+    def jobs(self) -> list[FileJob]:
+        estimate = estimated_image_bytes(self.size)
+        jobs = []
+        for split, count in self._counts():
+            images = layout.split_paths("", split).images_dir
+            for index in range(count):
+                stem = image_file_stem(seed=self.seed, split=split, index=index)
+                jobs.append(FileJob(relpath=str(images / f"{stem}.jpg"), nbytes=estimate, key=(split, index)))
+        return jobs
+
+    def write(self, job: FileJob, path: Path) -> int:
+        split, index = job.key
+        data = _encode_image(self.size, seed=self.seed, split=split, index=index)
+        path.write_bytes(data)
+        return len(data)
+
+    def results(self, out_dir: Path, split: str, count: int) -> list[_ImageResult]:
+        images_dir = layout.split_paths(out_dir, split).images_dir
+        results = []
+        for index in range(count):
+            _, width, height, objects = _image_layout(self.size, seed=self.seed, split=split, index=index)
+            file_name = image_file_stem(seed=self.seed, split=split, index=index) + ".jpg"
+            results.append(_ImageResult(file_name=file_name, width=width, height=height, objects=objects,
+                                        num_bytes=(images_dir / file_name).stat().st_size))
+        return results
+
+    def finalize(self, out_dir: Path) -> str:
+        return self.report(out_dir).summary()
+
+    def report(self, out_dir: Path) -> GenerationReport:
+        jpeg_bytes: dict[str, ByteSizeStats] = {}
+        num_boxes: dict[str, int] = {}
+        for split, count in self._counts():
+            results = self.results(out_dir, split, count)
+            paths = layout.split_paths(out_dir, split)
+            paths.annotations_file.parent.mkdir(parents=True, exist_ok=True)
+            _write_json_atomically(paths.annotations_file,
+                                   _coco_json(results, num_classes=self.size.num_classes, split=split, seed=self.seed))
+            jpeg_bytes[split] = ByteSizeStats.of([r.num_bytes for r in results])
+            num_boxes[split] = sum(len(r.objects) for r in results)
+        # last: its presence says the dataset is complete (ensure_synthetic_dataset)
+        _write_json_atomically(out_dir / layout.GENERATOR_INFO_FILENAME, {
+            **self.settings(),
+            "num_boxes": num_boxes,
+            "jpeg_bytes": {split: dataclasses.asdict(s) for split, s in jpeg_bytes.items()},
+        })
+        return GenerationReport(out_dir=out_dir, size=self.size, seed=self.seed, num_boxes=num_boxes,
+                                jpeg_bytes=jpeg_bytes)
+
+    def is_complete(self, out_dir: Path) -> bool:
+        return (out_dir / layout.GENERATOR_INFO_FILENAME).is_file()
 
 
 def _coco_json(results: list[_ImageResult], *, num_classes: int, split: str, seed: int) -> dict[str, Any]:
@@ -229,32 +308,11 @@ def _coco_json(results: list[_ImageResult], *, num_classes: int, split: str, see
     return {"info": info, "licenses": [], "categories": categories, "images": images, "annotations": annotations}
 
 
-def _results_in_order(tasks: list[_ImageTask], *, workers: int) -> Iterator[_ImageResult]:
-    if workers <= 1:
-        yield from map(_generate_one, tasks)
-        return
-    # fork would copy whatever threads the parent runs (torch, tqdm); spawn is the safe start method.
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        yield from pool.imap(_generate_one, tasks, chunksize=4)
-
-
 def _write_json_atomically(path: Path, content: dict[str, Any]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, separators=(",", ":")))
-    os.replace(temporary, path)
+    write_text_whole(path, json.dumps(content, separators=(",", ":")))
 
 
-def generate_synthetic_dataset(
-    out_dir: str | Path,
-    *,
-    size: SyntheticSize,
-    seed: int,
-    workers: int = 1,
-    progress: bool | None = None,
-    overwrite: bool = False,
-) -> GenerationReport:
-    """Writes both splits under `out_dir`; the labels json of a split is written last, atomically."""
-    out_dir = Path(out_dir)
+def _check_overwrite(out_dir: Path, *, overwrite: bool) -> None:
     info_file = out_dir / layout.GENERATOR_INFO_FILENAME
     if any(layout.split_paths(out_dir, split).annotations_file.exists() for split in layout.SPLITS):
         if not overwrite:
@@ -266,45 +324,27 @@ def generate_synthetic_dataset(
             )
         for split in layout.SPLITS:
             shutil.rmtree(out_dir / split, ignore_errors=True)
+        info_file.unlink()
+
+
+def generate_synthetic_dataset(
+    out_dir: str | Path,
+    *,
+    size: SyntheticSize,
+    seed: int,
+    workers: int = 1,
+    progress: bool | None = None,
+    overwrite: bool = False,
+) -> GenerationReport:
+    """Writes both splits under `out_dir` in one go (all shards); the COCO json files and
+    generator.json are written last, atomically."""
+    out_dir = Path(out_dir)
+    _check_overwrite(out_dir, overwrite=overwrite)
     show_progress = (size.num_train + size.num_validation > 200) if progress is None else progress
-
-    jpeg_bytes: dict[str, ByteSizeStats] = {}
-    num_boxes: dict[str, int] = {}
-    for split, count in ((layout.TRAIN_SPLIT, size.num_train), (layout.VALIDATION_SPLIT, size.num_validation)):
-        paths = layout.split_paths(out_dir, split)
-        paths.images_dir.mkdir(parents=True, exist_ok=True)
-        paths.annotations_file.parent.mkdir(parents=True, exist_ok=True)
-        tasks = [
-            _ImageTask(seed=seed, split=split, index=i, images_dir=paths.images_dir, size=size) for i in range(count)
-        ]
-        results = list(
-            tqdm(
-                _results_in_order(tasks, workers=workers),
-                total=count,
-                desc=f"synthetic {split}",
-                unit="img",
-                disable=not show_progress,
-                file=sys.stderr,
-            )
-        )
-        _write_json_atomically(
-            paths.annotations_file, _coco_json(results, num_classes=size.num_classes, split=split, seed=seed)
-        )
-        jpeg_bytes[split] = ByteSizeStats.of([r.num_bytes for r in results])
-        num_boxes[split] = sum(len(r.objects) for r in results)
-
-    report = GenerationReport(out_dir=out_dir, size=size, seed=seed, num_boxes=num_boxes, jpeg_bytes=jpeg_bytes)
-    _write_json_atomically(
-        info_file,
-        {
-            "generator": "retinanet.data.synthetic",
-            "seed": seed,
-            "size": dataclasses.asdict(size),
-            "num_boxes": num_boxes,
-            "jpeg_bytes": {split: dataclasses.asdict(s) for split, s in jpeg_bytes.items()},
-        },
-    )
-    return report
+    plan = SyntheticPlan(size=size, seed=seed)
+    generation.generate(plan, out_dir, workers=workers, progress=show_progress, finalize=False, overwrite=overwrite,
+                        log=lambda line: None)
+    return plan.report(out_dir)
 
 
 def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: int, workers: int = 1) -> Path:
@@ -324,15 +364,14 @@ def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="dataset directory to create")
-    parser.add_argument("--size", default="tiny", choices=sorted(SYNTHETIC_SIZES))
-    parser.add_argument("--seed", default=0, type=int)
-    parser.add_argument("--workers", default=1, type=int, help="generator processes (output is the same for any value)")
-    parser.add_argument("--num-train", type=int, help="override the size's train image count")
-    parser.add_argument("--num-validation", type=int, help="override the size's validation image count")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=generation.sizes_epilog([
+            (name, size.num_train, estimated_image_bytes(size),
+             estimated_image_bytes(size) * (size.num_train + size.num_validation))
+            for name, size in SYNTHETIC_SIZES.items()]))
+    generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing synthetic dataset in --out")
     args = parser.parse_args(argv)
     overrides = {
         key: value
@@ -344,11 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None
     }
     size = dataclasses.replace(SYNTHETIC_SIZES[args.size], **overrides)
-    report = generate_synthetic_dataset(
-        args.out, size=size, seed=args.seed, workers=args.workers, overwrite=args.overwrite
-    )
-    print(report.summary())
-    return 0
+    if args.fill_memory_ratio:
+        num_train = generation.samples_to_fill(args.fill_memory_ratio, estimated_image_bytes(size))
+        print(f"--fill-memory-ratio {args.fill_memory_ratio:g}: {num_train:,} training images of about "
+              f"{estimated_image_bytes(size):,} B fill {args.fill_memory_ratio:g} x this host's "
+              f"{generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
+        size = dataclasses.replace(size, num_train=num_train)
+    data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
+    out_dir = args.out or data_root / "retinanet" / f"synthetic-{args.size}-seed{args.seed}"
+    plan = SyntheticPlan(size=size, seed=args.seed)
+    if not (args.dry_run or args.finalize):
+        if args.overwrite and args.shard.count > 1:
+            raise SystemExit("--overwrite replaces the whole dataset: run it once without --shard, or give each "
+                             "generation its own --out")
+        if args.overwrite:
+            _check_overwrite(out_dir, overwrite=True)
+        elif plan.is_complete(out_dir) and not args.overwrite:
+            raise SystemExit(f"{out_dir} already holds a complete synthetic dataset; pass --overwrite to replace it")
+    return generation.run_command(plan, out_dir, args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from tests.trainers.trainer_process import REPO
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm" / "local_cluster.sh"
 TRAIN_SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
+GENERATE_SBATCH = TRAIN_SBATCH.with_name("generate.sbatch")
 TERMINAL_STATES = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                    "PREEMPTED"}
 # what a job must not inherit from the shell pytest runs in (a developer's torchrun or Slurm session)

@@ -55,12 +55,13 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tiny_dataset_dir: Path, tmp
     again = generate(tmp_path / "again", size="tiny", seed=0, progress=False)
     other = generate(tmp_path / "other", size="tiny", seed=1, progress=False)
     reference = _digests(tiny_dataset_dir)
-    assert len(reference) == 11 + 2 + 2 * 2 + 2 + 1  # shards, json files, empty encodings, generator.json
+    assert len(reference) == 11 + 2 + 2 * 2 + 2 + 2  # shards, json files, empty encodings, generator.json, generation.json
     assert _digests(again) == reference
     different = _digests(other)
     assert different.keys() == reference.keys()
     changed = [name for name in reference if reference[name] != different[name]]
-    assert all(name.endswith((".arrow", ".npy", "generator.json")) or "state.json" in name for name in changed)
+    assert all(name.endswith((".arrow", ".npy", "generator.json", "generation.json")) or "state.json" in name
+               for name in changed)
     assert sum(name.endswith(".arrow") for name in changed) == 13  # every shard differs
 
 

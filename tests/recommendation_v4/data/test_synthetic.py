@@ -37,6 +37,7 @@ def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path: pathli
         "raw/multi_event.parquet", "raw/album_item_mapping.parquet", "raw/artist_item_mapping.parquet",
         "synthetic_truth/coefficients.json", "synthetic_truth/item_factors.npy", "synthetic_truth/item_quality.npy",
         "synthetic_truth/user_bias.npy", "synthetic_truth/user_factors.npy",
+        "generation.json",  # how it was generated (common.data.generation); the parts are gone
     }
     assert files_first == files_second
     files_third = _all_files(third)

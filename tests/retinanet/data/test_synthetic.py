@@ -32,7 +32,7 @@ def test_same_seed_writes_identical_bytes(tmp_path: Path) -> None:
     generate_synthetic_dataset(tmp_path / "a", size=SMALL_TINY, seed=7)
     generate_synthetic_dataset(tmp_path / "b", size=SMALL_TINY, seed=7)
     first, second = _tree_bytes(tmp_path / "a"), _tree_bytes(tmp_path / "b")
-    assert len(first) == 5 + 3 + 3  # images, two labels files, generator.json
+    assert len(first) == 5 + 3 + 4  # images, two labels files, generator.json, generation.json
     assert first == second
 
 

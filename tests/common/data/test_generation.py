@@ -1,0 +1,142 @@
+"""common.data.generation on a small plan of its own: files from keyed streams, written whole, in
+any number of processes and shards with the same bytes; resumable; metadata once, at the end."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.data import generation
+from common.data.generation import FileJob, Shard
+
+
+class NumbersPlan:
+    """`count` files of random bytes (sizes vary), each from the stream (seed, index); an index of
+    their digests as the metadata."""
+
+    def __init__(self, count: int = 9, seed: int = 0, fail_at: int | None = None) -> None:
+        self.count, self.seed, self.fail_at = count, seed, fail_at
+        self.name = f"numbers (seed {seed})"
+
+    def settings(self) -> dict:
+        return {"count": self.count, "seed": self.seed}
+
+    def jobs(self) -> list[FileJob]:
+        return [FileJob(relpath=f"part{index % 3}/file{index:03d}.bin", nbytes=1000 + 100 * index, key=index)
+                for index in range(self.count)]
+
+    def write(self, job: FileJob, path: Path) -> int:
+        if job.key == self.fail_at:
+            path.write_bytes(b"half")  # what a crash leaves behind
+            raise RuntimeError(f"stopped while writing file {job.key}")
+        data = np.random.default_rng([self.seed, job.key]).bytes(job.nbytes)
+        path.write_bytes(data)
+        return len(data)
+
+    def finalize(self, out_dir: Path) -> str:
+        index = {job.relpath: hashlib.sha256((out_dir / job.relpath).read_bytes()).hexdigest() for job in self.jobs()}
+        generation.write_text_whole(out_dir / "index.json", json.dumps(index, sort_keys=True))
+        return f"index of {len(index)} files"
+
+    def is_complete(self, out_dir: Path) -> bool:
+        return (out_dir / "index.json").is_file()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_workers_and_shards_write_the_same_bytes(tmp_path: Path) -> None:
+    plan = NumbersPlan()
+    one = generation.generate(plan, tmp_path / "one", progress=False, log=lambda line: None)
+    assert (one.files_written, one.files_missing, one.finalized) == (9, 0, "index of 9 files")
+    generation.generate(plan, tmp_path / "two_workers", workers=2, progress=False, log=lambda line: None)
+    lines: list[str] = []
+    for index in (2, 0, 1):  # any order of shards; the one that completes the dataset finalizes
+        result = generation.generate(plan, tmp_path / "shards", shard=Shard(index, 3), progress=False, log=lines.append)
+        assert result.files_written == 3
+    assert "6 file(s) of other shards still missing" in lines[0] and "finalized: index of 9 files" in lines[-1]
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "two_workers") == _tree(tmp_path / "shards")
+    assert len(_tree(tmp_path / "one")) == 9 + 2  # the files, index.json, generation.json
+
+
+def test_no_metadata_until_every_shard_is_done(tmp_path: Path) -> None:
+    plan = NumbersPlan()
+    generation.generate(plan, tmp_path, shard=Shard(0, 2), progress=False, log=lambda line: None)
+    assert not plan.is_complete(tmp_path)
+    with pytest.raises(FileNotFoundError, match="4 of 9 data files are missing"):
+        generation.finalize_only(plan, tmp_path)
+    generation.generate(plan, tmp_path, shard=Shard(1, 2), progress=False, log=lambda line: None, finalize=False)
+    assert not plan.is_complete(tmp_path)
+    assert generation.finalize_only(plan, tmp_path) == "index of 9 files" and plan.is_complete(tmp_path)
+
+
+def test_a_crash_leaves_no_file_under_its_name_and_a_relaunch_finishes(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="stopped while writing file 5"):
+        generation.generate(NumbersPlan(fail_at=5), tmp_path / "crashed", progress=False, log=lambda line: None)
+    crashed = tmp_path / "crashed"
+    names = {p.name for p in crashed.rglob("*") if p.is_file()}
+    assert "file005.bin" not in names and not (crashed / "index.json").exists()
+    assert {f"file{i:03d}.bin" for i in range(5)} <= names
+    # a partial file another process left (SIGKILL gives no chance to clean up) is removed on relaunch
+    stale = crashed / "part0" / f".file006.bin{generation.PARTIAL_MARK}99999"
+    stale.write_bytes(b"partial")
+    lines: list[str] = []
+    result = generation.generate(NumbersPlan(), crashed, progress=False, log=lines.append)
+    assert (result.files_written, result.files_skipped) == (4, 5)  # only the missing files
+    assert not stale.exists() and "removed 1 partial file(s)" in lines[0]
+    generation.generate(NumbersPlan(), tmp_path / "clean", progress=False, log=lambda line: None)
+    assert _tree(crashed) == _tree(tmp_path / "clean")
+
+
+def test_a_shard_leaves_other_shards_partial_files_alone(tmp_path: Path) -> None:
+    plan = NumbersPlan()
+    other = tmp_path / "part1" / f".file001.bin{generation.PARTIAL_MARK}4242"  # file 1: shard 1 of 2
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"being written on another node")
+    generation.generate(plan, tmp_path, shard=Shard(0, 2), progress=False, log=lambda line: None)
+    assert other.exists()
+
+
+def test_other_settings_in_the_same_directory_are_refused(tmp_path: Path) -> None:
+    generation.generate(NumbersPlan(seed=0), tmp_path, shard=Shard(0, 2), progress=False, log=lambda line: None)
+    with pytest.raises(FileExistsError, match="seed differ"):
+        generation.generate(NumbersPlan(seed=1), tmp_path, shard=Shard(1, 2), progress=False, log=lambda line: None)
+
+
+def test_a_complete_dataset_is_left_as_it_is(tmp_path: Path) -> None:
+    generation.generate(NumbersPlan(), tmp_path, progress=False, log=lambda line: None)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    lines: list[str] = []
+    result = generation.generate(NumbersPlan(), tmp_path, progress=False, log=lines.append)
+    assert result.files_written == 0 and "complete already" in lines[0]
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("text", ["2/2", "1", "a/b", "-1/3", "0/0"])
+def test_bad_shards_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="--shard"):
+        Shard.parse(text)
+
+
+def test_shards_take_every_nth_file() -> None:
+    jobs = NumbersPlan(count=7).jobs()
+    taken = [job.key for shard in range(3) for job in Shard(shard, 3).take(jobs)]
+    assert sorted(taken) == list(range(7)) and [job.key for job in Shard(1, 3).take(jobs)] == [1, 4]
+
+
+def test_memory_fill_and_dry_run(tmp_path: Path) -> None:
+    assert generation.samples_to_fill(5, 1e6, memory_bytes=10**9) == 5000
+    assert generation.samples_to_fill(0.5, 3, memory_bytes=10) == 2  # rounded up
+    with pytest.raises(ValueError, match="> 0"):
+        generation.samples_to_fill(0, 1.0)
+    assert generation.host_memory_bytes() > 2**20
+    lines = generation.dry_run_lines(NumbersPlan(), workers=2, shard=Shard(0, 1))
+    assert lines[0].startswith("numbers (seed 0): 9 data files, 12.6 KB") and "min for this shard" in lines[2]
+    assert not list(tmp_path.iterdir()) and os.path.exists(tmp_path)  # nothing written
