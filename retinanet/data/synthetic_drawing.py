@@ -85,7 +85,9 @@ def textured_background(rng: np.random.Generator, *, width: int, height: int) ->
     """float32 [H, W, 3] in 0..255: a two-colour gradient plus low-frequency blotches."""
     start, end = rng.uniform(30, 225, size=(2, 3)).astype(np.float32)
     angle = rng.uniform(0, 2 * math.pi)
-    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    # a row and a column broadcast: the same float32 values as full coordinate grids, a third of the time
+    xs = np.arange(width, dtype=np.float32)[None, :]
+    ys = np.arange(height, dtype=np.float32)[:, None]
     ramp = xs * math.cos(angle) + ys * math.sin(angle)
     ramp = (ramp - ramp.min()) / max(float(ramp.max() - ramp.min()), 1.0)
     image = start + ramp[..., None] * (end - start)

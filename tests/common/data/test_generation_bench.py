@@ -1,0 +1,28 @@
+"""common.data.generation_bench on our side only (DLIO's side: test_dlio_datagen_rate.py): the
+reference-shape files are written, rates are positive, and the pieces of the time add up."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.data import generation_bench
+
+
+@pytest.mark.parametrize("benchmark", generation_bench.BENCHMARKS)
+def test_each_generator_is_measured_with_where_its_time_goes(benchmark, tmp_path):
+    result = generation_bench.measure_ours(benchmark, target_bytes=3_000_000, scratch=tmp_path)
+    assert result["files"] >= 1 and result["mb"] > 1 and result["mb_per_s"] > 0 and result["mb_per_cpu_s"] > 0
+    shares = result["where_time_goes"]
+    assert len(shares) >= 2
+    assert 95 <= sum(int(share.split("%")[0]) for share in shares.values()) <= 105
+    assert not list(tmp_path.glob("pieces-*"))  # the breakdown's sample file is gone
+
+
+def test_the_command_prints_one_json_line_per_benchmark(capsys, tmp_path):
+    assert generation_bench.main(["--benchmark", "retinanet", "--target-mb", "1", "--no-dlio",
+                                  "--scratch", str(tmp_path)]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["benchmark"] == "retinanet" and "dlio" not in json.loads(line)
+    assert not list(tmp_path.iterdir())  # the scratch directory is cleaned up
