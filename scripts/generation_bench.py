@@ -1,7 +1,9 @@
 """How fast the three synthetic-data generators write at the reference shapes, per core, next to
 DLIO's own generator writing the same format and record size in the same run.
 
-    python -m common.data.generation_bench [--benchmark flux|retinanet|dlrm] [--target-mb 200] [--no-dlio]
+    .venv/bin/python scripts/generation_bench.py [--benchmark flux|retinanet|dlrm] [--target-mb 200] [--no-dlio]
+
+(A script, not a module of common/: it drives all three benchmarks, which common/ never imports.)
 
 For each benchmark, one process (`--workers 1`) writes about `--target-mb` of the real files
 (FLUX: Arrow shards of reference-shape samples, RetinaNet: OpenImages-like JPEGs of ~1-1.5k px,
@@ -27,9 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sys
+
 import numpy as np
 
-from common.data import generation
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.data import generation  # noqa: E402
 
 BENCHMARKS = ("flux", "retinanet", "dlrm")
 

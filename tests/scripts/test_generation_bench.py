@@ -1,13 +1,18 @@
-"""common.data.generation_bench on our side only (DLIO's side: test_dlio_datagen_rate.py): the
+"""scripts/generation_bench.py on our side only (DLIO's side: test_dlio_datagen_rate.py): the
 reference-shape files are written, rates are positive, and the pieces of the time add up."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 
-from common.data import generation_bench
+from tests.trainers.trainer_process import REPO
+
+_spec = importlib.util.spec_from_file_location("generation_bench", REPO / "scripts" / "generation_bench.py")
+generation_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generation_bench)
 
 
 @pytest.mark.parametrize("benchmark", generation_bench.BENCHMARKS)
