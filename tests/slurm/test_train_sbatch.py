@@ -216,7 +216,9 @@ def test_time_limit_without_notice_keeps_complete_checkpoints_and_resumes(slurm,
     ckpt_root = job.out / name / "ckpt"
     state = slurm.wait_finished(job.job_id, timeout=200, output=job.output)
     output = job.output.read_text()
-    assert state["JobState"] == "TIMEOUT" and "DUE TO TIME LIMIT" in output, (state, output[-4000:])
+    # Slurm's verdict is the job state; its "CANCELLED ... DUE TO TIME LIMIT" line is written to the
+    # output by slurmstepd and may land after the state changes (missing once in CI): not required
+    assert state["JobState"] == "TIMEOUT", (state, output[-4000:])
     trained = trained_steps(run_dir)
     assert trained and "run_stop" not in mllog_keys(run_dir), output[-4000:]  # stopped in the middle of training
     complete, unfinished = checkpoints(ckpt_root)
