@@ -92,8 +92,10 @@ def timelimit_job(slurm, tiny_data, tmp_path_factory):
     (tests/slurm/delayed_train.sbatch), so the limit falls while they train, without a minute of
     training on the machine's two cores; then Slurm sends SIGTERM, and SIGKILL after KillWait."""
     out = tmp_path_factory.mktemp("timelimit")
-    bindings = _bindings(DLRM, tiny_data, out, "timelimit", "common.RunConfig.max_steps = 0",  # all the data: 684 steps
-                         "recommendation_v4.TrainConfig.global_batch_size = 16")
+    # all the data at 4 per step, 2,736 steps: far more than a minute on any machine (at 16 per step, 684
+    # steps took 49.6 s on an idle CI machine, and the run ended before the limit fell)
+    bindings = _bindings(DLRM, tiny_data, out, "timelimit", "common.RunConfig.max_steps = 0",
+                         "recommendation_v4.TrainConfig.global_batch_size = 4")
     job_id = slurm.run("sbatch", "--parsable", "--job-name=timelimit", f"--output={out}/job.out", *TWO_NODES,
                        "--time=1", "--no-requeue", str(DELAYED_SBATCH), DLRM.package, str(DLRM.gin_file), *bindings,
                        env={"DELAY_S": "25"}).stdout.strip()
