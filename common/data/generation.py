@@ -247,27 +247,35 @@ def generate(plan: DatasetPlan, out_dir: str | Path, *, workers: int = 1, shard:
     seconds = time.perf_counter() - started
     missing = len(jobs) - len(_existing(out_dir, jobs))
     finalized = None
+    by_another = False
     if finalize and missing == 0:
         finalized = _finalize_once(plan, out_dir)
+        by_another = finalized is None
     result = GenerationResult(files_written=len(todo), bytes_written=written_bytes, files_skipped=len(done),
                               seconds=seconds, files_missing=missing, finalized=finalized)
     rate = f"{result.mb_per_s:,.1f} MB/s, {result.mb_per_s / max(1, workers):,.1f} MB/s per worker"
-    end = (f"finalized: {finalized}" if finalized else
-           f"{missing:,} file(s) of other shards still missing; the last shard to finish (or --finalize) "
-           "writes the metadata" if missing else "complete, not finalized (--no-finalize)")
+    if finalized:
+        end = f"finalized: {finalized}"
+    elif by_another:
+        end = "complete; another shard, finishing at the same time, wrote the metadata"
+    elif missing:
+        end = (f"{missing:,} file(s) of other shards still missing; the last shard to finish (or --finalize) "
+               "writes the metadata")
+    else:
+        end = "complete, not finalized (--no-finalize)"
     say(f"[generate] {plan.name} shard {shard}: wrote {len(todo):,} file(s), {written_bytes / 1e6:,.1f} MB in "
         f"{seconds:,.1f} s ({rate}, {workers} worker(s)); {len(done):,} already complete; {end}")
     return result
 
 
-def _finalize_once(plan: DatasetPlan, out_dir: Path) -> str:
+def _finalize_once(plan: DatasetPlan, out_dir: Path) -> str | None:
     """Finalizes unless another shard, finishing at the same time, did (an exclusive lock on a file
-    in the dataset directory; a finalize may remove what the other would read)."""
+    in the dataset directory; a finalize may remove what the other would read). None: the other did."""
     lock_path = out_dir / ".finalize.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if plan.is_complete(out_dir):
-            return "finalized by another shard"
+            return None
         line = plan.finalize(out_dir)
         # whoever waits on the lock now finds the dataset complete; a later process, no lock file
         lock_path.unlink(missing_ok=True)
@@ -286,7 +294,7 @@ def finalize_only(plan: DatasetPlan, out_dir: str | Path) -> str:
     if missing:
         raise FileNotFoundError(f"{out_dir}: {len(missing):,} of {len(jobs):,} data files are missing (first: "
                                 f"{missing[0]}); run the shards that write them first")
-    return _finalize_once(plan, out_dir)
+    return _finalize_once(plan, out_dir) or f"{out_dir} was finalized by another process meanwhile"
 
 
 # ------------------------------------------------------------------------ sizing

@@ -140,3 +140,25 @@ def test_memory_fill_and_dry_run(tmp_path: Path) -> None:
     lines = generation.dry_run_lines(NumbersPlan(), workers=2, shard=Shard(0, 1))
     assert lines[0].startswith("numbers (seed 0): 9 data files, 12.6 KB") and "min for this shard" in lines[2]
     assert not list(tmp_path.iterdir()) and os.path.exists(tmp_path)  # nothing written
+
+
+class RacedPlan(NumbersPlan):
+    """Another shard finalizes while this one writes its last file: complete only from the second look."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def is_complete(self, out_dir: Path) -> bool:
+        self.looks += 1
+        return self.looks > 1
+
+    def finalize(self, out_dir: Path) -> str:
+        raise AssertionError("finalized twice")
+
+
+def test_a_shard_that_finds_the_metadata_written_meanwhile_does_not_write_it_again(tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = generation.generate(RacedPlan(), tmp_path, progress=False, log=lines.append)
+    assert result.finalized is None and result.files_missing == 0
+    assert lines[-1].endswith("complete; another shard, finishing at the same time, wrote the metadata")
