@@ -3,19 +3,15 @@ why it cannot, a report in markdown and JSON, and a failing step does not stop t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 
 import pytest
 
+from tests.scripts.conftest import load_script
 from tests.trainers.trainer_process import REPO, trainer_env
 
-_spec = importlib.util.spec_from_file_location("accelerator_check", REPO / "scripts" / "accelerator_check.py")
-accelerator_check = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = accelerator_check  # its dataclasses look their module up while being made
-_spec.loader.exec_module(accelerator_check)
+accelerator_check = load_script("accelerator_check")
 
 
 @pytest.mark.slow

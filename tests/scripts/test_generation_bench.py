@@ -3,16 +3,13 @@ reference-shape files are written, rates are positive, and the pieces of the tim
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.trainers.trainer_process import REPO
+from tests.scripts.conftest import load_script
 
-_spec = importlib.util.spec_from_file_location("generation_bench", REPO / "scripts" / "generation_bench.py")
-generation_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(generation_bench)
+generation_bench = load_script("generation_bench")
 
 
 @pytest.mark.parametrize("benchmark", generation_bench.BENCHMARKS)

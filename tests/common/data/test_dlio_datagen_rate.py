@@ -8,24 +8,12 @@ place a run takes about 5 s, most of it DLIO's start-up.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from common.data.dlio_datagen_rate import MB, REFERENCES, measure_dlio_datagen, scaled_shape
-from common.load_profile.dlio_env import DlioEnvError, ensure_dlio_env
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def dlio_env():
-    try:
-        return ensure_dlio_env()
-    except DlioEnvError as error:
-        if os.environ.get("MLPERF_REQUIRE_DLIO") == "1":
-            pytest.fail(f"the DLIO 2.0.0 env is required here and could not be built: {error}")
-        pytest.skip(f"no DLIO 2.0.0 env: {error}")
 
 
 def test_scaling_keeps_the_reference_shape_or_one_smaller_file():

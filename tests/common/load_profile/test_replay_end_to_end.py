@@ -9,12 +9,10 @@ CI (MLPERF_REQUIRE_DLIO=1) fails when the DLIO env cannot be built; elsewhere th
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import yaml
 
-from common.load_profile.dlio_env import DlioEnvError, ensure_dlio_env
 from common.load_profile.export import export
 from common.load_profile.replay import replay
 from tests.trainers.trainer_process import run_command, trainer_command
@@ -22,16 +20,6 @@ from tests.trainers.trainer_suite import RETINANET
 
 pytestmark = pytest.mark.slow
 STEPS = 80
-
-
-@pytest.fixture(scope="module")
-def dlio_env():
-    try:
-        return ensure_dlio_env()
-    except DlioEnvError as error:
-        if os.environ.get("MLPERF_REQUIRE_DLIO") == "1":
-            pytest.fail(f"the DLIO 2.0.0 env is required here and could not be built: {error}")
-        pytest.skip(f"no DLIO 2.0.0 env: {error}")
 
 
 def test_a_replay_reproduces_the_measured_samples_and_bytes_per_second(dlio_env, tmp_path):
