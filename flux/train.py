@@ -23,7 +23,9 @@ import torch
 from common import run
 from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
+from common.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
+from flux.data import layout
 from flux.data.schema import FluxDataError
 from flux.data_setup import prepare_data, validation_batches
 from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
@@ -35,7 +37,8 @@ from flux.task import FluxTask
 
 def build(ctx: run.RunContext) -> run.TrainingPlan:
     c: FluxConfigs = ctx.configs
-    cfg, info = c.train, ctx.info
+    info = ctx.info
+    cfg = with_emulated_batch(c.train, ctx)
     args = cfg.model()
 
     data = prepare_data(config=c.data, args=args, flavor=cfg.flavor)
@@ -44,6 +47,14 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     mine = validation_batches(count=eval_count, info=info, batch_size=cfg.eval_batch_size)
     schedule = flux_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed,
                              validation_batches=len(mine))
+
+    epochs = schedule.epochs
+    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
+                                   build_window=lambda key: epochs.window_batches(key, rank=info.rank),
+                                   num_workers=c.data.num_workers, seed=ctx.seed)
+    if ctx.emulation is not None:  # the accelerator's step is slept; the loader reads as above
+        return emulated_plan(ctx, loader=train_loader, schedule=schedule, dataset=c.data.dataset,
+                             data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len)
 
     model = build_parallel_model(args=args, info=info, parallelism=cfg.parallelism, dp_replicate=cfg.dp_replicate,
                                  bf16=cfg.bf16, activation_checkpointing=cfg.activation_checkpointing,
@@ -56,10 +67,6 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
                                   eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
                                   fused=info.device.type == "cuda" or None)
 
-    epochs = schedule.epochs
-    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
-                                   build_window=lambda key: epochs.window_batches(key, rank=info.rank),
-                                   num_workers=c.data.num_workers, seed=ctx.seed)
     eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
                                   num_workers=c.data.eval_num_workers, seed=ctx.seed)
     task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
@@ -89,6 +96,7 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         summarize=summarize,
         evaluate_untrained=True,
         closeables=[eval_loader],
+        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)],
     )
 
 

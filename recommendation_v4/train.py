@@ -19,6 +19,7 @@ from typing import Sequence
 
 from common import run
 from common.data.loader import StreamingLoader
+from common.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
 from common.run.schedule import per_rank_batch
 from recommendation_v4.data.schema import DatasetError
@@ -36,13 +37,25 @@ from recommendation_v4.parallel.train_pipeline import dlrm_task_class
 
 def build(ctx: run.RunContext) -> run.TrainingPlan:
     c: DlrmConfigs = ctx.configs
-    cfg, info = c.train, ctx.info
+    info = ctx.info
+    cfg = with_emulated_batch(c.train, ctx)
     local_batch = per_rank_batch(cfg.global_batch_size, info.world_size,
                                  binding="recommendation_v4.TrainConfig.global_batch_size")  # before hours of data preparation
     mcfg = cfg.model()
 
     data: YambdaData = prepare_data(config=c.data, model_config=mcfg, info=info, seed=ctx.seed)
     ctx.say(f"[data] {data.describe()}")
+    windows = data.train_windows(window_seconds=c.stream.window_seconds)
+    schedule = dlrm_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes(), local_batch_size=local_batch)
+    train_loader = StreamingLoader(
+        source=data.train,
+        build_window=lambda key: data.train_window_batches(windows, key, global_batch_size=cfg.global_batch_size, seed=ctx.seed),
+        num_workers=c.data.num_workers,
+        seed=ctx.seed,
+    )
+    if ctx.emulation is not None:  # the accelerator's step is slept; the loader reads as above
+        return emulated_plan(ctx, loader=train_loader, schedule=schedule, dataset=c.data.dataset,
+                             data_dirs=[data.dataset_dir], count_samples=lambda batch: batch.batch_size)
 
     ctx.seed_shared()  # identical dense init on every rank; the tables are filled after sharding
     model = DlrmHSTU(config=mcfg, table_rows=data.table_rows, kernel=HammerKernel(cfg.kernel), bf16=cfg.bf16)
@@ -54,8 +67,6 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     optimizer = build_optimizer(dmp=dmp, learning_rate=cfg.learning_rate, betas=tuple(cfg.adam_betas),
                                 eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
-    windows = data.train_windows(window_seconds=c.stream.window_seconds)
-    schedule = dlrm_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes(), local_batch_size=local_batch)
     warning = closed_rules_warning(schedule, cfg=cfg) if c.data.dataset == "yambda-5b" else None
     if warning is not None:
         ctx.say(warning)
@@ -64,12 +75,6 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     # worker processes build the eval batches while the model scores the previous ones
     eval_loader = StreamingLoader(source=evals.source, build_window=evals.batches, num_workers=c.data.eval_num_workers,
                                   seed=ctx.seed)
-    train_loader = StreamingLoader(
-        source=data.train,
-        build_window=lambda key: data.train_window_batches(windows, key, global_batch_size=cfg.global_batch_size, seed=ctx.seed),
-        num_workers=c.data.num_workers,
-        seed=ctx.seed,
-    )
     task_class = dlrm_task_class(cfg.train_pipeline, info.device)  # DlrmTask or TorchRec's sparse-dist pipeline
     how = "TorchRec TrainPipelineSparseDist" if task_class is not DlrmTask else "plain loop"
     ctx.say(f"[pipeline] {how} (recommendation_v4.TrainConfig.train_pipeline = {cfg.train_pipeline!r} on {info.device.type})")
@@ -103,6 +108,7 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         reference_data=c.data.dataset == "yambda-5b" and c.data.test_day_max_samples == 0,
         summarize=summarize,
         closeables=[eval_loader],
+        data_dirs=[data.dataset_dir],
     )
 
 

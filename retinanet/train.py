@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from common import run
 from common.distributed.collectives import sum_over_ranks
 from common.data.loader import StreamingLoader
+from common.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
 from common.run.task import EvalPoint
 from retinanet.data.coco_annotations import AnnotationFormatError
@@ -40,7 +41,8 @@ from retinanet.task import EmptyBatchError, RetinaNetTask
 
 def build(ctx: run.RunContext) -> run.TrainingPlan:
     c: RetinaNetConfigs = ctx.configs
-    cfg, info = c.train, ctx.info
+    info = ctx.info
+    cfg = with_emulated_batch(c.train, ctx)
     cfg.check_device(info.device)
     flavor = cfg.model()
 
@@ -48,6 +50,11 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     ctx.say(f"[data] {data.describe()}")
     schedule = retinanet_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed)
     epochs = schedule.epochs
+    train_loader = StreamingLoader(source=data.train, build_window=lambda key: epochs.window_batches(key, rank=info.rank),
+                                   num_workers=c.data.num_workers, seed=ctx.seed)
+    if ctx.emulation is not None:  # the accelerator's step is slept; the loader reads as above
+        return emulated_plan(ctx, loader=train_loader, schedule=schedule, dataset=c.data.dataset,
+                             data_dirs=[data.dataset_dir], count_samples=lambda batch: len(batch.image_ids))
 
     ctx.seed_shared()  # the same initial weights on every rank
     # every rank reads backbone_weights itself (identical files -> identical weights), before DDP and Adam
@@ -62,8 +69,6 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
     optimizer = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=cfg.learning_rate,
                                  betas=tuple(cfg.adam_betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
-    train_loader = StreamingLoader(source=data.train, build_window=lambda key: epochs.window_batches(key, rank=info.rank),
-                                   num_workers=c.data.num_workers, seed=ctx.seed)
     my_eval_batches = data.eval_batches(rank=info.rank, world_size=info.world_size, batch_size=cfg.eval_batch_size)
     eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: my_eval_batches,
                                   num_workers=c.data.eval_num_workers, seed=ctx.seed)
@@ -100,6 +105,7 @@ def build(ctx: run.RunContext) -> run.TrainingPlan:
         summarize=summarize,
         evaluate_untrained=cfg.eval_before_training,
         closeables=[eval_loader],
+        data_dirs=[data.dataset_dir],
     )
 
 

@@ -5,6 +5,11 @@ summary.json compares directly: a rank's samples/s is its samples over its train
 (first step included) and the total is the sum over ranks; AU is a rank's compute over its
 wall time without the first step, averaged over ranks. MB/s counts the bytes the loader asked
 for per sample (1 MB = 1e6 bytes), at the rate samples were trained.
+
+Besides the logical bytes, the profile counts the unique bytes (the union of the byte ranges read,
+per file, over all ranks: what storage must serve at least once) and, where the data sits on a
+block device, what that device served (`block_device`). Only numbers go into the file: the ranges
+themselves stay in the parts.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from common.load_profile import block_device
+from common.load_profile.byte_ranges import ByteRanges
 from common.load_profile.profiler import FORMAT, VERSION, WARMUP_STEPS
 from common.load_profile.stats import Distribution, summarize
 
@@ -72,11 +79,24 @@ def _rank_storage_io(part: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _unique_bytes(parts: Sequence[dict[str, Any]]) -> tuple[list[int], int]:
+    """Distinct bytes read by each rank, and by all ranks together (ranks reading the same bytes
+    count them once)."""
+    ranges = [ByteRanges.from_json(p["reads"]["ranges"]) for p in parts]
+    union = ByteRanges()
+    for rank_ranges in ranges:
+        union.update(rank_ranges)
+    return [r.unique_bytes() for r in ranges], union.unique_bytes()
+
+
 def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, config_file: str,
           dataset: dict[str, Any] | None) -> dict[str, Any]:
     parts = sorted(parts, key=lambda p: p["rank"])
     first = parts[0]
     ranks = [_rank_rates(p) for p in parts]
+    rank_unique, unique = _unique_bytes(parts)
+    for rank, rank_bytes in zip(ranks, rank_unique, strict=True):
+        rank["unique_bytes"] = rank_bytes
     reads = [p["reads"] for p in parts]
     samples_read = sum(r["samples"] for r in reads)
     logical = sum(r["read_bytes"] for r in reads)
@@ -119,6 +139,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             "wall_s": max(r["wall_s"] for r in ranks),
             "samples_per_s": samples_per_s,
             "bytes_per_sample": bytes_per_sample,
+            "unique_bytes_per_sample": unique / samples_read if samples_read else 0.0,
             "mb_per_s": samples_per_s * bytes_per_sample / 1e6,
             "au": float(np.mean([r["au"] for r in ranks])),
             "compute_s": summarize(compute_all),
@@ -130,6 +151,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
         "reads": {
             "count": read_count,
             "logical_bytes": logical,
+            "unique_bytes": unique,  # the byte ranges read, unioned per file over batches, workers and ranks
             "mean_size": logical / read_count if read_count else 0.0,
             "size_log2_histogram": read_hist.tolist(),
             "sequential": sequential,
@@ -145,6 +167,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             "ranks": storage,
             "physical_bytes": sum(physical) if physical else None,
         },
+        "block_device": block_device.merged([p["block_device"] for p in parts]),
         "checkpoints": [{"rank": p["rank"], "saves": p["checkpoints"]} for p in parts],
         "dataset": dataset,
         "series": {
@@ -166,6 +189,14 @@ def summary_line(profile: dict[str, Any]) -> str:
     seq = reads["sequential_fraction"]
     access = "one read per file opened" if seq is None else ("sequential" if seq >= 0.5 else "random") + f" {max(seq, 1 - seq):.0%}"
     return (f"[load] {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s, "
-            f"{t['bytes_per_sample']:,.0f} B/sample, AU {t['au']:.1%}, step: compute "
+            f"{t['bytes_per_sample']:,.0f} B/sample{_unique_note(profile)}, AU {t['au']:.1%}, step: compute "
             f"{compute.get('mean', 0) * 1e3:.1f} ms + data wait {wait.get('mean', 0) * 1e3:.2f} ms; "
             f"{reads['files_opened']} files, reads {reads['mean_size']:,.0f} B avg, {access}")
+
+
+def _unique_note(profile: dict[str, Any]) -> str:
+    """" (unique N)" after the bytes per sample where the run read some bytes more than once, else nothing."""
+    reads = profile["reads"]
+    if reads["unique_bytes"] >= reads["logical_bytes"]:
+        return ""
+    return f" (unique {profile['totals']['unique_bytes_per_sample']:,.0f})"

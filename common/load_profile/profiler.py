@@ -3,7 +3,9 @@
 The training loop reports each step (`step`), the time it spent outside training steps
 (`excluded`: evaluations, checkpoints) and each checkpoint save (`checkpoint`); the training
 loader hands over the `BatchReads` of every batch it delivers (`batch`). `part()` is this
-rank's share of `load_profile.json`; `common.load_profile.merge` puts the ranks together.
+rank's share of `load_profile.json`; `common.load_profile.merge` puts the ranks together. The
+byte ranges of all batches are unioned per file (`ByteRanges`) and shipped in the part, so that
+merge can count the distinct bytes over all ranks.
 
 Step time is measured the way DLIO measures it, so that a replay compares like with like: a
 step runs from asking for its batch to asking for the next one (data wait, compute, and the
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from common.load_profile.byte_ranges import ByteRanges
 from common.load_profile.reads import SIZE_BUCKETS, BatchReads, process_io
 from common.load_profile.stats import Distribution
 
@@ -62,6 +65,7 @@ class LoadProfiler:
         self.batches = self.delivered_samples = 0
         self.build_s = array.array("d")
         self.files: set[int] = set()
+        self.ranges = ByteRanges()
         self.worker_io: dict[int, tuple[int, int] | None] = {}
         self.checkpoints: list[dict[str, float]] = []
         self._main_io_start = process_io()
@@ -79,6 +83,7 @@ class LoadProfiler:
         self.first_touch += reads.first_touch
         self.build_s.append(reads.build_s)
         self.files.update(_file_id(p) for p in reads.new_files)
+        self.ranges.update(reads.ranges)
         self.worker_io[reads.pid] = reads.io
 
     # --------------------------------------------------------------- from the loop
@@ -109,7 +114,9 @@ class LoadProfiler:
             walls = np.append(walls, self.data_wait[-1] + self.compute[-1])
         return walls
 
-    def part(self) -> dict[str, Any]:
+    def part(self, *, block_device: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This rank's share; `block_device` is what common.load_profile.block_device.DeviceReads
+        measured (None: not measured, as when the profiler is used outside a ProfileSession)."""
         walls = self._walls()
         main_io, start = process_io(), self._main_io_start
         main_delta = None if main_io is None or start is None else (main_io[0] - start[0], main_io[1] - start[1])
@@ -139,8 +146,10 @@ class LoadProfiler:
                 "first_touch": self.first_touch,
                 "build_s": list(self.build_s),
                 "file_ids": sorted(self.files),
+                "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered
             },
             "storage_io": {"trainer": main_delta, "workers": workers},
+            "block_device": block_device,
             "checkpoints": self.checkpoints,
             "written_at": time.time(),
         }

@@ -10,6 +10,9 @@ worker that built it to the trainer, where `common.load_profile.LoadProfiler` ad
 Access order is judged per process and per file: a read is sequential when it starts where the
 previous read of that file in this process ended. A process's first read of a file is counted
 apart (a whole-file read of a JPEG is neither).
+
+Each batch also carries the byte ranges it touched, merged per file (`BatchReads.ranges`), so the
+profiler can tell the distinct bytes a run needs from the bytes it asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import time
 from typing import Iterator
 
 import numpy as np
+
+from common.load_profile.byte_ranges import ByteRanges
 
 SIZE_BUCKETS = 48  # log2 buckets: bucket k holds sizes in [2^k, 2^(k+1)), bucket 0 also holds 0
 
@@ -71,6 +76,7 @@ class BatchReads:
     random: int
     first_touch: int  # reads that opened a file this process had not read before
     new_files: list[str]
+    ranges: ByteRanges  # the byte ranges read, merged per file within this batch
     build_s: float
     pid: int
     io: tuple[int, int] | None  # process_io() right after the batch was built
@@ -82,6 +88,7 @@ class _Recorder:
         self.read_count = self.read_bytes = self.sequential = self.random = self.first_touch = 0
         self.read_sizes = np.zeros(SIZE_BUCKETS, dtype=np.int64)
         self.new_files: list[str] = []
+        self.ranges = ByteRanges()
 
     def reads(self, path: str, offsets: np.ndarray, sizes: np.ndarray) -> None:
         offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
@@ -103,6 +110,7 @@ class _Recorder:
         self.read_count += offsets.size
         self.read_bytes += int(sizes.sum())
         self.read_sizes += size_histogram(sizes)
+        self.ranges.add(path, offsets, ends)
 
 
 _LAST_END: dict[str, int] = {}  # per process: where the last read of each file ended
@@ -165,6 +173,7 @@ def recording() -> Iterator[list[BatchReads]]:
     out.append(BatchReads(
         records=records, read_count=recorder.read_count, read_bytes=recorder.read_bytes,
         read_sizes=recorder.read_sizes, sequential=recorder.sequential, random=recorder.random,
-        first_touch=recorder.first_touch, new_files=recorder.new_files, build_s=time.perf_counter() - t0,
+        first_touch=recorder.first_touch, new_files=recorder.new_files, ranges=recorder.ranges.compact(),
+        build_s=time.perf_counter() - t0,
         pid=os.getpid(), io=process_io(),
     ))

@@ -6,6 +6,9 @@ step's data wait and compute, the evaluation time it leaves out and each checkpo
 writes `load_profile.json`, the plots and prints the one-line summary. A resumed launch
 profiles only what it ran itself: the profile of an earlier launch is kept beside it as
 `load_profile.until_step<N>.json`.
+
+Given the data directories, it also snapshots the block devices under them when the loop begins
+and again at `finish` (common.load_profile.block_device).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from common.checkpoint.progress import TrainingProgress
 from common.distributed.collectives import gather_objects
+from common.load_profile.block_device import DeviceReads
 from common.load_profile.merge import merge, summary_line
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
 from common.run.events import Evaluation, LoopObserver, Save, StepEnd
@@ -26,7 +31,8 @@ PLOTS_DIR = "load_profile"
 
 class ProfileSession(LoopObserver):
     def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
-                 loader: Any, global_batch_size: int, local_batch_size: int, start_step: int) -> None:
+                 loader: Any, global_batch_size: int, local_batch_size: int, start_step: int,
+                 data_dirs: Sequence[Path] = ()) -> None:
         self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
         self.rank = rank
         setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
@@ -37,6 +43,13 @@ class ProfileSession(LoopObserver):
         loader.reads_sink = self.profiler.batch
         describe = getattr(loader.source, "storage_description", None)
         self.dataset = describe() if callable(describe) else None
+        self.devices = DeviceReads(data_dirs)
+
+    def loop_begins(self, progress: TrainingProgress) -> None:
+        self.devices.start()  # before the loader is first asked for a batch: its prefetch counts
+
+    def step_begins(self, step: int) -> None:
+        self.devices.start()  # in case the loop was not announced: the first step is the start (idempotent)
 
     def step_ends(self, step: StepEnd) -> None:
         self.profiler.step(begin=step.began_at, data_wait_s=step.data_wait_s, compute_s=step.compute_s,
@@ -51,7 +64,7 @@ class ProfileSession(LoopObserver):
     def finish(self) -> dict[str, Any] | None:
         """Collective: every rank calls it. Rank 0 writes the files and returns the profile."""
         self.loader.reads_sink = None
-        parts = gather_objects(self.profiler.part())
+        parts = gather_objects(self.profiler.part(block_device=self.devices.part()))
         if self.rank != 0:
             return None
         if not any(p["steps"]["wall_s"] for p in parts):

@@ -41,6 +41,7 @@ from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
 from common.distributed.launch import write_rank_status
 from common.distributed.setup import DistInfo, destroy, init_distributed
+from common.emulation.settings import EmulatedAccelerator, resolve as resolve_emulation
 from common.load_profile.session import ProfileSession
 from common.mlperf.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
 from common.mlperf.tracker import MLPerfTracker
@@ -86,6 +87,9 @@ class RunContext:
     run_dir: Path
     streams: RandomStreams
     config_file: str
+    # common.RunConfig.emulate: the accelerator this rank emulates (None: a real run); a build that
+    # sees one reads its data as usual and hands common.emulation.plan.emulated_plan its loader
+    emulation: EmulatedAccelerator | None = None
 
     def say(self, message: str) -> None:
         if self.info.is_main:
@@ -116,6 +120,8 @@ class TrainingPlan:
     summarize: Callable[[LoopResult, float | None], tuple[dict[str, Any], str | None]]
     evaluate_untrained: bool = False  # score the fresh model first: a baseline for the summary, not an MLPerf eval
     closeables: Sequence[Any] = ()  # anything else with close() (evaluation loaders)
+    # where the training data lives: the load profile finds the block device under it, emulation evicts it
+    data_dirs: Sequence[Path] = ()
 
 
 def parse_args(argv: Sequence[str] | None, *, doc: str | None) -> argparse.Namespace:
@@ -193,7 +199,9 @@ class _Run:
         self.started = time.perf_counter()
         self.loop_started = self.started
         self._closing = contextlib.ExitStack()
-        self.checkpoints = CheckpointManager.from_policy(common.checkpoint)
+        self.emulation = resolve_emulation(self.run_cfg.emulate, common.emulation, benchmark=benchmark.package)
+        # an emulated accelerator has no state worth saving: a stopped emulation is started again
+        self.checkpoints = None if self.emulation else CheckpointManager.from_policy(common.checkpoint)
         self.resuming = self.checkpoints is not None and self.checkpoints.has_checkpoint()
         self.tracker: MLPerfTracker | None = None  # opened with the run directory
         self.profile: ProfileSession | None = None  # common.RunConfig.load_profile
@@ -230,7 +238,7 @@ class _Run:
             write_config_snapshot(run_dir, operative=False)
         streams = RandomStreams(seed=seed, rank=self.info.rank, device=self.info.device)
         return RunContext(configs=self.configs, run=self.run_cfg, info=self.info, seed=seed, run_dir=run_dir,
-                          streams=streams, config_file=self.config_file)
+                          streams=streams, config_file=self.config_file, emulation=self.emulation)
 
     # ----------------------------------------------------------------- resume
     def _resume(self, plan: TrainingPlan, ctx: RunContext) -> TrainingProgress:
@@ -288,7 +296,7 @@ class _Run:
                 run_dir=ctx.run_dir, benchmark=self.benchmark.package, config_file=self.config_file,
                 rank=self.info.rank, world_size=self.info.world_size, device=str(self.info.device), loader=plan.loader,
                 global_batch_size=schedule.global_batch_size, local_batch_size=schedule.local_batch_size,
-                start_step=progress.global_step))
+                start_step=progress.global_step, data_dirs=plan.data_dirs))
         return observers
 
     def _evaluate_untrained(self, plan: TrainingPlan, ctx: RunContext, metrics: MetricsLog,
@@ -327,7 +335,7 @@ class _Run:
             "wall_s": round(time.perf_counter() - self.started, 1),
         }
         if self.info.is_main:
-            if self.run_cfg.check_compliance:
+            if self.run_cfg.check_compliance and self.emulation is None:  # an emulation's log is no training run
                 report = self._check_compliance(plan, ctx, result)
                 summary["compliance"] = report.to_json()
                 print(report.summary_line(), flush=True)

@@ -191,7 +191,8 @@ class TrainLoop:
         p.samples_seen += samples
         p.window_key, p.batch_idx_in_window = window_key, batch_idx + 1
         step = StepEnd(progress=dataclasses.replace(p), window_key=window_key, batch_in_window=batch_idx, loss=loss,
-                       samples=samples, lr=lr, began_at=t0, data_wait_s=t1 - t0, compute_s=t2 - t1,
+                       samples=samples, lr=lr, began_at=t0, data_wait_s=t1 - t0,
+                       compute_s=t2 - t1 if out.compute_s is None else out.compute_s,
                        sample_ids=out.sample_ids)
         self.observers.step_ends(step)
         if not math.isfinite(loss):  # the same mean on every rank, so every rank stops here

@@ -1,5 +1,6 @@
 """The settings every trainer shares: `common.RunConfig.*` and `common.Submission.*` here, with
-`common.CheckpointPolicy.*` and `common.TraceConfig.*` read beside them by `CommonConfigs.read`.
+`common.CheckpointPolicy.*`, `common.TraceConfig.*` and `common.Emulation.*` read beside them by
+`CommonConfigs.read`.
 
 Per-launch facts default to the environment (common/config/gin_files.py): a gin file leaves `seed`,
 `output_root` and `run_name` unset and gets $SEED, $MLPERF_OUTPUT_ROOT and $RUN_NAME (or the
@@ -15,6 +16,7 @@ import gin
 
 from common.checkpoint.policy import CheckpointPolicy, GinCheckpointPolicy, with_environment_path
 from common.config.checks import is_int, read, require, require_bool, require_choice, require_int, require_number
+from common.emulation.settings import Emulation
 from common.tracing.capture import TraceConfig
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,6 +40,9 @@ class RunConfig:
     check_compliance: bool = True  # run the official MLPerf checker on the log at the end
     # load_profile.json and its plots in the run directory (common.load_profile); off only to measure its cost
     load_profile: bool = True
+    # an accelerator of common/emulation/compute_times.csv (b200, mi355, h100, a100...): the model step
+    # is slept for its compute time, the real loader reads the real files (common.Emulation.* tunes it)
+    emulate: str = ""
 
     def __post_init__(self) -> None:
         if self.seed is not None:
@@ -47,6 +52,7 @@ class RunConfig:
         require_int(self, "log_every_steps", minimum=1)
         require_number(self, "process_group_timeout_s", "data_preparation_timeout_s", minimum=0, strictly=True)
         require_bool(self, "log_sample_ids", "check_compliance", "load_profile")
+        require(self, "emulate", isinstance(self.emulate, str), "an accelerator name (a string; empty: a real run)")
 
     def resolved(self, env_macros: Mapping[str, object]) -> "RunConfig":
         """This config with the unset per-launch fields taken from the environment macros."""
@@ -82,6 +88,7 @@ class CommonConfigs:
     submission: Submission
     checkpoint: CheckpointPolicy
     trace: TraceConfig
+    emulation: Emulation
 
     @classmethod
     def read(cls, env_macros: Mapping[str, object]) -> "CommonConfigs":
@@ -92,4 +99,5 @@ class CommonConfigs:
             submission=read(Submission),
             checkpoint=with_environment_path(policy, env_ckpt_path=str(env_macros["CKPT_PATH"])),
             trace=read(TraceConfig),
+            emulation=read(Emulation),
         )

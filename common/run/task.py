@@ -24,6 +24,9 @@ class StepOutput:
     samples: int  # this rank's samples in the step
     sample_ids: torch.Tensor | None = None  # this rank's sample ids (for the resume audit log)
     data_wait_s: float | None = None  # a task that pulls its own batches: the part of the step spent waiting for them
+    # a task that knows its accelerator's busy time (an emulated one): the step's compute, without the
+    # wait for the other ranks in the loss reduction
+    compute_s: float | None = None
 
 
 @dataclasses.dataclass

@@ -9,6 +9,13 @@ from common.load_profile.profiler import LoaderSetup, LoadProfiler
 from common.load_profile.reads import note_reads, note_records, recording
 
 BATCH, STEPS, RECORD = 4, 10, 3000
+DEVICE_READS, DEVICE_BYTES = 40, 1 << 20  # what the one device under the data served, host-wide
+
+
+def device_part(host: str = "node0") -> dict:
+    """A rank's block_device part (common.load_profile.block_device.DeviceReads.part)."""
+    return {"host": host, "devices": [{"device": "vda", "path": "/data", "reads": DEVICE_READS,
+                                       "read_bytes": DEVICE_BYTES}], "unavailable": []}
 
 
 def rank_part(rank: int, world_size: int, *, compute_s: float = 0.05, wait_s: float = 0.01) -> dict:
@@ -25,7 +32,7 @@ def rank_part(rank: int, world_size: int, *, compute_s: float = 0.05, wait_s: fl
         begin = 0.0 if step == 0 else 1.0 + step * (compute_s + wait_s)
         profiler.step(begin=begin, data_wait_s=wait_s + (1.0 if step == 0 else 0.0), compute_s=compute_s,
                       samples=BATCH * world_size)
-    return profiler.part()
+    return profiler.part(block_device=device_part())  # all ranks on one host
 
 
 DATASET = {"format": "jpeg", "root": "/data", "files": 1000, "bytes": 3_150_000, "samples": 1000,

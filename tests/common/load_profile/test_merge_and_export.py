@@ -10,7 +10,20 @@ import yaml
 from common.load_profile.export import ExportError, export, read_profile
 from common.load_profile.profiler import VERSION
 from common.load_profile.session import write_profile
-from tests.common.load_profile.profiles import BATCH, RECORD, STEPS, known_profile
+from common.load_profile.merge import merge, summary_line
+from common.load_profile.profiler import LoaderSetup, LoadProfiler
+from common.load_profile.reads import note_reads, note_records, recording
+from tests.common.load_profile.profiles import (
+    BATCH,
+    DATASET,
+    DEVICE_BYTES,
+    DEVICE_READS,
+    RECORD,
+    STEPS,
+    device_part,
+    known_profile,
+    rank_part,
+)
 
 
 def test_rates_follow_dlio_definitions():
@@ -27,6 +40,14 @@ def test_rates_follow_dlio_definitions():
     assert p["reads"]["sequential_fraction"] is None  # only whole-file first reads
     assert p["ranks"][1]["warmup"]["wall_s"][0] == pytest.approx(1.06)
     assert p["batches_in_flight"] == 4
+    # every file is read once, whole: nothing is read twice
+    assert p["reads"]["unique_bytes"] == p["reads"]["logical_bytes"] == STEPS * BATCH * 2 * mean_record
+    assert t["unique_bytes_per_sample"] == pytest.approx(mean_record)
+    assert [r["unique_bytes"] for r in p["ranks"]] == [STEPS * BATCH * mean_record] * 2
+    assert "(unique" not in summary_line(p)
+    # both ranks run on one host: its device counts once
+    assert p["block_device"]["read_bytes"] == DEVICE_BYTES and p["block_device"]["reads"] == DEVICE_READS
+    assert p["block_device"]["unavailable"] is None and len(p["block_device"]["devices"]) == 1
 
 
 def _run_dir(tmp_path, profile):
@@ -127,3 +148,50 @@ def test_storage_io_sums_the_trainer_and_its_workers_and_says_when_unreadable():
     assert _rank_storage_io(part) == {"rank": 1, "rchar": 112, "read_bytes": 13, "loader_processes": 4}
     unreadable = {"rank": 0, "storage_io": {"trainer": None, "workers": {"11": None}}}
     assert _rank_storage_io(unreadable)["read_bytes"] is None
+
+
+def _pool_part(rank: int, windows: list[tuple[int, int]]) -> dict:
+    """A rank that reads one window [start, end) of a shared pool per sample, one sample per step."""
+    profiler = LoadProfiler(rank=rank, world_size=2, device="cpu",
+                            setup=LoaderSetup(batch_size=1, global_batch_size=2, num_workers=0, prefetch_factor=0))
+    for step, (start, end) in enumerate(windows):
+        with recording() as reads:
+            note_reads("/data/pool.npy", start, end - start)
+            note_records([end - start])
+        profiler.batch(reads[0])
+        profiler.step(begin=float(step), data_wait_s=0.0, compute_s=1.0, samples=2)
+    return profiler.part(block_device=device_part())
+
+
+def test_unique_bytes_count_what_ranks_share_once():
+    rank0 = _pool_part(0, [(0, 1000), (500, 1500)])  # 2000 B asked for, 1500 distinct
+    rank1 = _pool_part(1, [(1000, 2000), (4000, 4100)])  # overlaps rank 0 on [1000, 1500)
+    p = merge([rank1, rank0], benchmark="dlrm", run_dir="/runs/x", config_file="debug.gin", dataset=None)
+    assert p["reads"]["logical_bytes"] == 2000 + 1100
+    assert [r["unique_bytes"] for r in p["ranks"]] == [1500, 1100]
+    assert p["reads"]["unique_bytes"] == 2000 + 100  # [0, 2000) and [4000, 4100)
+    assert p["totals"]["unique_bytes_per_sample"] == pytest.approx(2100 / 4)
+    assert "ranges" not in json.dumps(p)  # only numbers in load_profile.json, never the intervals
+    assert "(unique 525)" in summary_line(p)
+
+
+def test_block_devices_count_once_per_host_and_say_what_is_missing():
+    from common.load_profile.block_device import merged
+
+    elsewhere = device_part("node1")
+    elsewhere["devices"][0]["read_bytes"] = 7
+    tmpfs = {"host": "node2", "devices": [], "unavailable": ["no block device under /dev/shm/x (overlay/tmpfs)"]}
+    out = merged([device_part(), device_part(), elsewhere, tmpfs, dict(tmpfs, host="node3")])
+    assert [(d["host"], d["device"]) for d in out["devices"]] == [("node0", "vda"), ("node1", "vda")]
+    assert out["read_bytes"] == DEVICE_BYTES + 7 and out["reads"] == 2 * DEVICE_READS
+    assert out["unavailable"] == "no block device under /dev/shm/x (overlay/tmpfs)"  # said once
+    assert "other processes on the host count too" in out["note"]
+    nothing = merged([None])
+    assert nothing["read_bytes"] is None and nothing["reads"] is None and nothing["unavailable"]
+
+
+def test_a_rank_part_without_a_session_merges_with_the_device_unmeasured():
+    part = rank_part(0, 1)
+    part["block_device"] = None  # a LoadProfiler used on its own (scripts/load_profile/reference_bytes.py)
+    p = merge([part], benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET)
+    assert p["block_device"]["read_bytes"] is None and "not measured" in p["block_device"]["unavailable"]

@@ -74,3 +74,14 @@ def test_size_histogram_buckets_powers_of_two():
     h = size_histogram(np.array([0, 1, 2, 3, 4, 1023, 1024, 2**60]))
     assert h.shape == (SIZE_BUCKETS,)
     assert h[0] == 2 and h[1] == 2 and h[2] == 1 and h[9] == 1 and h[10] == 1 and h[SIZE_BUCKETS - 1] == 1
+
+
+def test_a_batch_ships_its_ranges_merged_per_file(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with recording() as out:
+        note_reads(a, [0, 100, 50], [100, 100, 10])  # the third lies inside the first
+        note_reads(b, [50], [10])
+        note_reads(a, [300, 200], [5, 0])  # a zero-length read touches nothing
+    ranges = out[0].ranges.per_file()
+    assert {path: pairs.tolist() for path, pairs in ranges.items()} == {a: [[0, 200], [300, 305]], b: [[50, 60]]}
+    assert out[0].ranges.unique_bytes() == 215 and out[0].read_bytes == 225  # 10 B were read twice

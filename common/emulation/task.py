@@ -1,0 +1,82 @@
+"""The task of an emulated accelerator: it takes each batch the real loader built and holds the
+step for the accelerator's compute time instead of running a model.
+
+The time is drawn per step from a seeded normal (mean, stdev; clipped at 0), so two runs with the
+same seed sleep alike. Short steps (DLRM's are under a millisecond) sleep most of the way and
+wait out the last fraction of a millisecond on the clock, since `time.sleep` overshoots by tens of
+microseconds. What the step reports as its compute is the time it held, measured, so the
+accelerator utilisation (AU) is computed from what happened, not from what was asked.
+
+AU is MLPerf Storage's (DLIO's): the compute time of the steps after the first over the wall
+time from the end of the first step to the end of the last, per accelerator.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
+
+SPIN_S = 0.0005  # the last part of a hold, waited on the clock rather than slept
+
+
+def hold(seconds: float) -> float:
+    """Blocks for `seconds`; returns the seconds it actually held."""
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    if seconds > SPIN_S:
+        time.sleep(seconds - SPIN_S)
+    while time.perf_counter() < deadline:
+        pass
+    return time.perf_counter() - t0
+
+
+class EmulatedTask:
+    def __init__(self, *, seconds_per_step: float, stdev_s: float, seed: int, rank: int,
+                 count_samples: Callable[[Any], int]) -> None:
+        self.seconds_per_step, self.stdev_s = seconds_per_step, stdev_s
+        self.count_samples = count_samples
+        # one stream per rank, apart from every other stream of the run
+        self._draws = np.random.default_rng([seed, rank, 0xE3A1])
+        self.steps = 0
+        self.samples = 0
+        self.busy_s = 0.0  # compute held in the steps after the first
+        self._first_end: float | None = None
+        self._last_end: float | None = None
+
+    def _draw(self) -> float:
+        if self.stdev_s <= 0:
+            return self.seconds_per_step
+        return max(0.0, float(self._draws.normal(self.seconds_per_step, self.stdev_s)))
+
+    def train_step(self, batch: Any, step: StepContext) -> StepOutput:
+        held = hold(self._draw())
+        end = time.perf_counter()
+        samples = int(self.count_samples(batch))
+        self.steps += 1
+        self.samples += samples
+        if self._first_end is None:
+            self._first_end = end
+        else:
+            self.busy_s += held
+        self._last_end = end
+        return StepOutput(loss=torch.zeros((), dtype=torch.float64), samples=samples, compute_s=held)
+
+    def utilisation(self) -> dict[str, float]:
+        """This accelerator's AU and the figures behind it (steps after the first only)."""
+        wall = (self._last_end - self._first_end) if self._first_end is not None else 0.0
+        return {"au": self.busy_s / wall if wall > 0 else 0.0, "busy_s": self.busy_s, "wall_s": wall,
+                "steps": self.steps, "samples": self.samples}
+
+    def evaluate(self, at: EvalPoint) -> EvalOutput:
+        raise RuntimeError("an emulated accelerator has no model to evaluate; its schedule has no evaluation")
+
+    def app_state(self) -> dict[str, Any]:
+        return {}
+
+    def scheduled_optimizers(self) -> Sequence[torch.optim.Optimizer]:
+        return ()

@@ -1,0 +1,121 @@
+"""What the block devices under the data set served while a run trained, from /proc/diskstats.
+
+The loader's own counters (storage_io) say what the trainer and its workers made the kernel fetch;
+the block device's counters say what the storage under the data actually delivered: readahead,
+file system metadata, and every other process on the host included. They are host-wide, so a
+rank reports its host name beside them and merge counts each (host, device) once.
+
+A directory's device comes from its st_dev (major:minor) through /sys/dev/block/MAJ:MIN, whose
+target's name is how /proc/diskstats spells the device (sda1, nvme0n1p2, dm-0, loop3). Overlay,
+tmpfs and network file systems have major 0: no block device, and a reason instead.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any, Sequence
+
+DISKSTATS = Path("/proc/diskstats")
+SYS_DEV_BLOCK = Path("/sys/dev/block")
+SECTOR_BYTES = 512  # diskstats counts 512 B sectors whatever the device's own sector size
+NOTE = ("bytes and read requests the block devices under the data directories served from the start of the "
+        "training loop to the end of the profile; host-wide counters: other processes on the host count too, "
+        "and so do evaluations in between")
+
+
+def find_block_device(path: Path | str) -> tuple[str | None, str | None]:
+    """(device name as /proc/diskstats spells it, None), or (None, why there is none)."""
+    try:
+        st_dev = os.stat(path).st_dev
+    except OSError as error:
+        return None, f"cannot stat {path}: {error.strerror}"
+    major, minor = os.major(st_dev), os.minor(st_dev)
+    if major == 0:  # the kernel's anonymous devices
+        return None, f"no block device under {path} (overlay/tmpfs or another file system without one)"
+    link = SYS_DEV_BLOCK / f"{major}:{minor}"
+    if not link.exists():
+        return None, f"no {link} for {path}"
+    name = link.resolve().name
+    if diskstats(name) is None:
+        return None, f"{name} (under {path}) is not in {DISKSTATS}"
+    return name, None
+
+
+def diskstats(device: str) -> tuple[int, int] | None:
+    """(reads completed, bytes read) of `device` since boot; None where it or /proc/diskstats is missing."""
+    try:
+        lines = DISKSTATS.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[2] == device:
+            try:
+                return int(fields[3]), int(fields[5]) * SECTOR_BYTES
+            except ValueError:  # a measurement never fails the run that it measures
+                return None
+    return None
+
+
+class DeviceReads:
+    """The reads of the devices under some directories between `start()` and `part()`."""
+
+    def __init__(self, data_dirs: Sequence[Path | str]) -> None:
+        self.paths: dict[str, str] = {}  # device -> the first data directory found on it
+        self.unavailable: list[str] = [] if data_dirs else ["no data directory given"]
+        for directory in data_dirs:
+            name, reason = find_block_device(directory)
+            if name is None:
+                self.unavailable.append(reason)
+            else:
+                self.paths.setdefault(name, str(directory))  # two directories on one device count once
+        self._start: dict[str, tuple[int, int] | None] | None = None
+
+    def start(self) -> None:
+        """Takes the first snapshot; later calls do nothing."""
+        if self._start is None:
+            self._start = {device: diskstats(device) for device in self.paths}
+
+    def _delta(self, device: str) -> tuple[int, int] | None:
+        before = None if self._start is None else self._start.get(device)
+        after = diskstats(device)
+        if before is None or after is None:
+            return None
+        reads, read_bytes = after[0] - before[0], after[1] - before[1]
+        return (reads, read_bytes) if reads >= 0 and read_bytes >= 0 else None  # a wrapped 32-bit counter
+
+    def part(self) -> dict[str, Any]:
+        """This rank's share of load_profile.json's block_device: per device, the reads since `start()`
+        (None where a snapshot failed or start() never ran)."""
+        devices = []
+        for device, path in self.paths.items():
+            delta = self._delta(device)
+            devices.append({"device": device, "path": path, "reads": None if delta is None else delta[0],
+                            "read_bytes": None if delta is None else delta[1]})
+        return {"host": platform.node(), "devices": devices, "unavailable": list(self.unavailable)}
+
+
+def merged(parts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """load_profile.json's block_device from the ranks' parts: each (host, device) once (the lowest
+    rank's figures), totals over them, and why some or all are missing."""
+    devices: dict[tuple[str, str], dict[str, Any]] = {}
+    reasons: dict[str, None] = {}  # ordered and without the repeats of ranks on one host
+    for part in parts:
+        if part is None:
+            reasons["not measured (no ProfileSession)"] = None
+            continue
+        for device in part["devices"]:
+            devices.setdefault((part["host"], device["device"]), {"host": part["host"], **device})
+        reasons.update(dict.fromkeys(part["unavailable"]))
+    counted = [d for d in devices.values() if d["read_bytes"] is not None]
+    reasons.update((f"{d['device']} on {d['host']}: counters unreadable", None)
+                   for d in devices.values() if d["read_bytes"] is None)
+    return {
+        "note": NOTE,
+        "devices": list(devices.values()),
+        "read_bytes": sum(d["read_bytes"] for d in counted) if counted else None,
+        "reads": sum(d["reads"] for d in counted) if counted else None,
+        "unavailable": "; ".join(reasons) or None,
+    }
