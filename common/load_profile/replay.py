@@ -25,7 +25,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -281,9 +281,13 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
 
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
-           timeout_s: float | None = None) -> ReplayResult:
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
     """Generates the workload's data with DLIO 2.0.0, runs its training emulation with the profile's
-    world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json."""
+    world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json.
+
+    `before_train`, if given, is called with DLIO's data folder once the data is generated and
+    before DLIO trains on it: e.g. to drop the fresh files from the page cache, so that DLIO reads
+    them from storage as a cold run does rather than from the memory the generation just filled."""
     run_dir = Path(run_dir).resolve()
     profile = _read_profile(run_dir)
     config_dir, name, workload = _find_workload(run_dir)
@@ -307,6 +311,8 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
         seconds["generate"] = _run_dlio(commands["generate"], python=python, log=work / "generate.log", cwd=work,
                                         timeout_s=gen_limit, what="data generation")
         sample_bytes, _ = bytes_per_sample(data / "train", fmt, per_file)
+        if before_train is not None:
+            before_train(data)
         print(f"[replay] DLIO 2.0.0 runs {name}'s training emulation ({world} rank(s))", flush=True)
         seconds["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
                                      timeout_s=train_limit, what="training emulation")
