@@ -24,7 +24,7 @@ WORKLOAD_AU = {"flux": 0.90, "retinanet": 0.85, "dlrm": 0.70}
 @gin.configurable(module="common")
 @dataclasses.dataclass(frozen=True)
 class Emulation:
-    seconds_per_step: float = 0.0  # 0: the table's, scaled to the per-accelerator batch
+    seconds_per_step: float | None = None  # None: the table's, scaled to the batch; 0: no compute (loader speed)
     stdev_s: float = 0.0  # spread of the per-step compute time (a seeded normal draw, clipped at 0)
     batch_per_accelerator: int = TABLE_BATCH  # -1: the table's; 0: the configured global batch / ranks
     au_threshold: float = 0.0  # 0: MLPerf Storage's for the workload (the table's au_threshold)
@@ -33,7 +33,9 @@ class Emulation:
     drop_caches: bool = False  # also echo 3 > /proc/sys/vm/drop_caches (root only; every file on the host)
 
     def __post_init__(self) -> None:
-        require_number(self, "seconds_per_step", "stdev_s", "au_threshold", minimum=0)
+        require_number(self, "stdev_s", "au_threshold", minimum=0)
+        if self.seconds_per_step is not None:
+            require_number(self, "seconds_per_step", minimum=0)
         require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)
         require(self, "au_threshold", self.au_threshold <= 1, "a fraction <= 1")
         require_bool(self, "evict_page_cache", "drop_caches")
@@ -62,10 +64,12 @@ class EmulatedAccelerator:
 
     def seconds_per_step(self, local_batch: int) -> float:
         """The mean compute time of a step of `local_batch` samples on this accelerator."""
-        return self.settings.seconds_per_step or self.row.at_batch(local_batch)
+        if self.settings.seconds_per_step is not None:
+            return self.settings.seconds_per_step
+        return self.row.at_batch(local_batch)
 
     def source(self, local_batch: int) -> str:
-        if self.settings.seconds_per_step:
+        if self.settings.seconds_per_step is not None:
             return "common.Emulation.seconds_per_step"
         scaled = "" if local_batch == self.row.batch_per_accelerator else \
             f", scaled from batch {self.row.batch_per_accelerator} to {local_batch}"
@@ -80,7 +84,7 @@ def resolve(accelerator: str, settings: Emulation, *, benchmark: str) -> Emulate
     try:
         row = lookup(benchmark, accelerator)
     except ComputeTimeError as error:
-        if settings.seconds_per_step <= 0 or settings.batch_per_accelerator == TABLE_BATCH:
+        if settings.seconds_per_step is None or settings.batch_per_accelerator == TABLE_BATCH:
             raise ConfigError(f"common.RunConfig.emulate={accelerator!r}: {error}; or bind both "
                               "common.Emulation.seconds_per_step and common.Emulation.batch_per_accelerator") from None
         # an accelerator the table lacks, its compute time given by the user; the workload's AU bar stays

@@ -1,0 +1,102 @@
+"""Storage made the bottleneck on purpose: a benchmark's emulation sweep, ours and DLIO's, on a loop
+device whose reads a cgroup holds to a chosen rate. Root only.
+
+    .venv/bin/python scripts/storage_knee.py --benchmark flux [--read-mbps 6] [--seconds-per-step 0.4]
+        [--batch 16] [--steps 16] [--max-accelerators 16] [--workers 2] [--no-dlio] [--out DIR]
+
+(A script, not a module of common/: it names the three benchmarks' debug configs.)
+
+1. An ext4 file system on a loop device (common.emulation.throttle.ThrottledStorage), read-limited
+   to --read-mbps MiB/s for the processes of its cgroup.
+2. The benchmark's debug dataset written onto it by one short emulated run outside the cgroup
+   (the trainers generate what is missing), so the sweep's first point is not also a generator.
+3. `python -m common.emulation.sweep` inside the cgroup: 1, 2, 4, ... emulated accelerators, each
+   run evicting the dataset from the page cache first, each rank sleeping --seconds-per-step per
+   step of --batch samples; with DLIO 2.0.0 replaying every point on the same device, its data
+   evicted before it trains. The table and the headlines are the sweep's (sweep.md, sweep.json,
+   sweep.png under --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+
+DEBUG_CONFIGS = {
+    "flux": (REPO / "flux" / "configs" / "debug.gin", ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
+             "flux.DataConfig"),
+    "retinanet": (REPO / "retinanet" / "configs" / "debug.gin", [], "retinanet.DataConfig"),
+    "recommendation_v4": (REPO / "recommendation_v4" / "configs" / "debug.gin", [], "recommendation_v4.DataConfig"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", required=True, choices=sorted(DEBUG_CONFIGS))
+    parser.add_argument("--read-mbps", type=float, default=6.0, help="the device's read limit, MiB/s")
+    parser.add_argument("--seconds-per-step", type=float, default=0.4, help="each emulated accelerator's step")
+    parser.add_argument("--batch", type=int, default=16, help="samples per accelerator per step")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2, help="loader workers per rank")
+    parser.add_argument("--max-accelerators", type=int, default=16)
+    parser.add_argument("--au-threshold", type=float, default=0.0, help="0: MLPerf Storage's for the workload")
+    parser.add_argument("--size-mb", type=int, default=1536, help="the loop device's size")
+    parser.add_argument("--no-dlio", action="store_true", help="our sweep only")
+    parser.add_argument("--out", type=Path, default=None, help="default runs/storage_knee/<benchmark>_<time>")
+    return parser
+
+
+def _bindings(args: argparse.Namespace, data_root: Path) -> list[str]:
+    _, extra, data = DEBUG_CONFIGS[args.benchmark]
+    return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
+            f"common.Emulation.seconds_per_step = {args.seconds_per_step}",
+            f"common.Emulation.batch_per_accelerator = {args.batch}",
+            f"common.Emulation.au_threshold = {args.au_threshold}"]
+
+
+def _gin_flags(args: argparse.Namespace, data_root: Path) -> list[str]:
+    flags = ["--gin_config", str(DEBUG_CONFIGS[args.benchmark][0])]
+    for binding in _bindings(args, data_root):
+        flags += ["--gin_bindings", binding]
+    return flags
+
+
+def _write_dataset(args: argparse.Namespace, data_root: Path, out: Path) -> None:
+    cmd = [sys.executable, "-m", f"{args.benchmark}.train", *_gin_flags(args, data_root),
+           "--gin_bindings", 'common.RunConfig.emulate = "b200"', "--gin_bindings", "common.RunConfig.max_steps = 2",
+           "--gin_bindings", f'common.RunConfig.output_root = "{out / "dataset_run"}"']
+    print(f"[knee] writing the dataset under {data_root}", flush=True)
+    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    reason = throttle_unavailable_reason()
+    if reason:
+        print(f"error: no throttled storage here: {reason}", file=sys.stderr)
+        return 2
+    out = (args.out or REPO / "runs" / "storage_knee" / f"{args.benchmark}_{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    read_bps = int(args.read_mbps * (1 << 20))
+    with ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
+        _write_dataset(args, disk.mount, out)
+        sweep = [sys.executable, "-m", "common.emulation.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
+                 *_gin_flags(args, disk.mount), "--steps", str(args.steps),
+                 "--max-accelerators", str(args.max_accelerators), "--out", str(out / "sweep")]
+        if not args.no_dlio:
+            sweep += ["--dlio", "--dlio-work-dir", str(disk.mount / "dlio")]
+        print(f"[knee] {disk.device} read-limited to {args.read_mbps} MiB/s; sweeping in its cgroup", flush=True)
+        code = subprocess.run(disk.wrap(sweep), cwd=REPO).returncode
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
