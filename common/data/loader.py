@@ -303,6 +303,14 @@ class StreamingLoader:
             del delivery  # the batch's views alone keep its slab in use from here on
             yield offset, batch
 
+    def undelivered_reads(self) -> list[BatchReads]:
+        """The reads behind windows' first batches prepared ahead and never handed out (the load
+        profile counts them: the storage served them). Batches a worker built and did not deliver
+        are not known here."""
+        with self._lock:
+            done = [f for f in self._pending.values() if f.done() and not f.cancelled() and f.exception() is None]
+        return [f.result().first_reads for f in done if f.result().first_reads is not None]
+
     def close(self) -> None:
         """Stops the background preparation and the persistent workers (they exit on the loader's
         own stop message; they ignore SIGTERM, so nothing else would stop them before the trainer)."""

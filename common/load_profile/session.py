@@ -64,6 +64,10 @@ class ProfileSession(LoopObserver):
     def finish(self) -> dict[str, Any] | None:
         """Collective: every rank calls it. Rank 0 writes the files and returns the profile."""
         self.loader.reads_sink = None
+        # a next window's first batch prepared ahead was read from storage like any other
+        undelivered = getattr(self.loader, "undelivered_reads", None)
+        for reads in undelivered() if callable(undelivered) else ():
+            self.profiler.batch(reads)
         parts = gather_objects(self.profiler.part(block_device=self.devices.part()))
         if self.rank != 0:
             return None

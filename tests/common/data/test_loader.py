@@ -132,3 +132,32 @@ def test_close_stops_the_workers_even_mid_window(private, monkeypatch):
     loader.close()
     assert not workers & _children()
     loader.close()  # a second close is harmless on either path
+
+
+class _NotingSource:
+    """Each sample is a 10-byte read of its own file, noted for the load profile."""
+
+    def get_batch(self, indices):
+        from common.load_profile.reads import note_reads
+
+        for i in indices:
+            note_reads(f"/data/{int(i)}", [0], [10])
+        return np.asarray(indices)
+
+
+def test_a_next_windows_first_batch_read_ahead_and_never_trained_is_reported():
+    windows = {0: [np.array([0, 1]), np.array([2, 3])], 1: [np.array([4, 5]), np.array([6, 7])]}
+    loader = StreamingLoader(source=_NotingSource(), build_window=lambda key: windows[key], num_workers=0)
+    delivered = []
+    loader.reads_sink = delivered.append
+    try:
+        trained = [int(batch[0]) for _, batch in loader.iterate(0, next_key=1)]
+        deadline = time.monotonic() + 10
+        while not loader.undelivered_reads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ahead = loader.undelivered_reads()
+    finally:
+        loader.close()
+    assert trained == [0, 2] and sum(r.read_count for r in delivered) == 4
+    # window 1's first batch was read while window 0 trained; nothing handed it out
+    assert [(r.read_count, r.read_bytes, sorted(r.new_files)) for r in ahead] == [(2, 20, ["/data/4", "/data/5"])]
