@@ -3,6 +3,7 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/storage_knee.py --benchmark flux [--read-mbps 6] [--seconds-per-step 0.4]
         [--batch 16] [--steps 16] [--max-accelerators 16] [--workers 2] [--no-dlio] [--out DIR]
+        [--gin_bindings B ...]
 
 (A script, not a module of common/: it names the three benchmarks' debug configs.)
 
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--au-threshold", type=float, default=0.0, help="0: MLPerf Storage's for the workload")
     parser.add_argument("--size-mb", type=int, default=1536, help="the loop device's size")
     parser.add_argument("--no-dlio", action="store_true", help="our sweep only")
+    parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="default runs/storage_knee/<benchmark>_<time>")
     return parser
 
@@ -59,7 +61,7 @@ def _bindings(args: argparse.Namespace, data_root: Path) -> list[str]:
     return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
             f"common.Emulation.seconds_per_step = {args.seconds_per_step}",
             f"common.Emulation.batch_per_accelerator = {args.batch}",
-            f"common.Emulation.au_threshold = {args.au_threshold}"]
+            f"common.Emulation.au_threshold = {args.au_threshold}", *args.gin_bindings]
 
 
 def _gin_flags(args: argparse.Namespace, data_root: Path) -> list[str]:
