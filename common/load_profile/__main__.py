@@ -1,6 +1,10 @@
 """python -m common.load_profile {export,replay} RUN_DIR
 
 export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLIO 2.0.0 workload
+         [--accelerator b200|mi355|h100|a100]  <model>_<accelerator>.yaml with that accelerator's
+                                               batch and compute time (common/emulation/compute_times.csv)
+         [--dataset-scale F]                   F x the benchmark's real training set (default 1)
+         [--dataset-of-run]                    the samples this run's data held instead
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
          workload and prints measured vs replayed samples/s, MB/s and AU
 """
@@ -17,13 +21,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "export":
+        import argparse
+
         from common.load_profile.export import ExportError, export
 
-        if len(rest) != 1:
-            print("usage: python -m common.load_profile export RUN_DIR", file=sys.stderr)
-            return 2
+        parser = argparse.ArgumentParser(prog="python -m common.load_profile export")
+        parser.add_argument("run_dir")
+        parser.add_argument("--accelerator", default=None)
+        parser.add_argument("--dataset-scale", type=float, default=1.0)
+        parser.add_argument("--dataset-of-run", action="store_true")
         try:
-            written = export(rest[0])
+            args = parser.parse_args(rest)
+        except SystemExit as exit_:
+            return int(exit_.code or 0)
+        try:
+            written = export(args.run_dir, accelerator=args.accelerator,
+                             dataset_scale=None if args.dataset_of_run else args.dataset_scale)
         except ExportError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -4,8 +4,11 @@ Written under `RUN_DIR/dlio/`:
 
     mlperf_storage/<model>_measured.yaml   workload in MLPerf Storage's 2026 schema (model.name,
                                            record_length_bytes, parquet columns; the MLCommons
-                                           DLIO fork reads it): drop into configs/dlio/workload/
-    mlperf_storage/<model>_datagen.yaml    the matching data generation workload
+                                           DLIO fork reads it); with --accelerator X it is
+                                           <model>_X.yaml, the file `mlpstorage training run
+                                           --accelerator-type X` picks, with X's compute time
+    mlperf_storage/<model>_datagen_measured.yaml  the matching data generation workload (a name
+                                           that never replaces the published <model>_datagen.yaml)
     dlio-2.0.0/workload/<model>_replay.yaml what PyPI's dlio-benchmark 2.0.0 reads (record_length, a
                                            string model, a format it has): `replay` runs it
 
@@ -24,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from common.emulation.compute_times import ComputeTime, ComputeTimeError, lookup
 from common.load_profile.profiler import FORMAT, VERSION
 from common.load_profile.references import MODEL_OF_BENCHMARK, REFERENCES
 from common.load_profile.session import PROFILE_FILE
@@ -152,31 +156,114 @@ def _dump(header: str, body: dict[str, Any]) -> str:
     return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100)
 
 
-def mlperf_storage_workloads(profile: dict[str, Any]) -> dict[str, str]:
-    """{file name: text} of the MLPerf Storage workload and datagen YAMLs."""
+# the accelerators mlpstorage's `training run --accelerator-type` knows (its workload file names)
+MLPSTORAGE_ACCELERATORS = ("b200", "mi355", "h100", "a100")
+# each benchmark's real training set, in samples (common/ names no benchmark module: the figures
+# are those of flux/data/layout.py, retinanet/data/layout.py and DLRMv4's closed train_samples rule)
+REAL_TRAIN_SAMPLES = {
+    "flux": (1_099_776, "the MLCommons CC12M preprocessed train split"),
+    "retinanet": (1_170_301, "the MLPerf OpenImages train subset"),
+    "dlrm": (2_290_835_423, "Yambda-5b's 300 train days, DLRMv4's train_samples"),
+}
+
+
+def _payload_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parquet columns with their payload only (no npy header in the element count), and notes."""
+    columns, notes = _parquet_columns(profile)
+    if profile["dataset"]["format"] == "arrow":
+        by_name = {c["name"]: c for c in profile["dataset"]["columns"]}
+        for column in columns:
+            header = by_name[column["name"]].get("npy_header_bytes") or 0
+            width = _WIDTH.get(column["dtype"], 1)
+            column["size"] = max(1, math.ceil((by_name[column["name"]]["bytes"] - header) / width))
+    return columns, notes
+
+
+def _payload_record(profile: dict[str, Any], columns: list[dict[str, Any]] | None) -> int:
+    """Bytes of one record's payload: the column sum for parquet, the measured record mean otherwise."""
+    if columns is None:
+        return round(profile["records"]["mean"])
+    return sum(c["size"] * _WIDTH.get(c["dtype"], 1) for c in columns)
+
+
+def _dataset_size(profile: dict[str, Any], *, scale: float | None, read_threads: int) -> tuple[int, int, str]:
+    """(files, samples per file, how) of the exported dataset: the benchmark's real training set
+    times `scale`, in files of the measured layout's samples per file; or, with `scale` None, the
+    samples this run's training data held. Never fewer files than reader workers, so that no worker
+    is left without one."""
+    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    _, per_file = _samples_per_file(profile)
+    if scale is None:
+        total = int(profile["dataset"]["samples"])
+        how = f"the samples of this run's training data ({profile['dataset']['root']})"
+    else:
+        real, what = REAL_TRAIN_SAMPLES[model]
+        total = max(1, round(real * scale))
+        how = f"{scale:g} x the real training set ({real:,} samples: {what})"
+    if profile["dataset"]["format"] == "npy-columns":  # one file per column as stored; rows per file as parquet writes
+        per_file = min(per_file, DLRM_ROWS_PER_FILE)
+    files = max(math.ceil(total / per_file), read_threads, 1)
+    return files, math.ceil(total / files), how
+
+
+# DLRM's samples live in shared column files; as parquet rows they are split into files of this many
+DLRM_ROWS_PER_FILE = 1 << 20
+
+
+def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None = None,
+                             dataset_scale: float | None = 1.0) -> dict[str, str]:
+    """{file name: text} of the MLPerf Storage workload and datagen YAMLs.
+
+    `accelerator` (one of MLPSTORAGE_ACCELERATORS, or another row of the emulation table): the
+    workload is `<model>_<accelerator>.yaml`, the name `mlpstorage training run --accelerator-type`
+    picks, with that accelerator's batch and compute time from common/emulation/compute_times.csv;
+    without one it is `<model>_measured.yaml` with the compute this run measured. The datagen file is
+    `<model>_datagen_measured.yaml`: never the published `<model>_datagen.yaml`."""
     model = MODEL_OF_BENCHMARK[profile["benchmark"]]
     ref = REFERENCES[model]
-    files, per_file = _samples_per_file(profile)
     records = profile["records"]
-    compute, compute_stdev = _step_compute(profile)
+    columns = notes_columns = None
+    if ref.format == "parquet":
+        columns, notes_columns = _payload_columns(profile)
+    record = _payload_record(profile, columns)
+    workers = profile["reader_workers"]
+    if accelerator is not None:
+        row = _accelerator_row(profile, accelerator)
+        batch, compute, compute_stdev, au = row.batch_per_accelerator, row.seconds_per_step, 0.0, row.au_threshold
+        compute_note = (f"computation_time {compute} s per batch of {batch}: {row.accelerator} in "
+                        f"common/emulation/compute_times.csv ({row.source}).")
+    else:
+        batch, au = profile["batch_size"], ref.au
+        compute, compute_stdev = _step_compute(profile)
+        compute_note = (f"computation_time: the measured step time without its data wait, mean over steady steps and "
+                        f"ranks (stdev capped at {MAX_STDEV_FRACTION:.0%} of it); measured on {profile['device']}, "
+                        f"not on an MLPerf accelerator.")
+    threads = max(workers, 1)
+    files, per_file, how = _dataset_size(profile, scale=dataset_scale, read_threads=threads)
+    on_disk = profile["totals"].get("bytes_per_sample") or records["mean"]
     dataset: dict[str, Any] = {
         "data_folder": f"data/{model}/",
         "format": ref.format,
         "num_files_train": files,
         "num_samples_per_file": per_file,
-        "record_length_bytes": round(records["mean"]),
+        "record_length_bytes": record,
         "record_length_bytes_stdev": round(records["stdev"]),
     }
-    notes = [f"num_files_train x num_samples_per_file: the training data this run read ({profile['dataset']['root']}: "
-             f"{profile['dataset']['files']} file(s), {profile['dataset']['samples']} samples)."]
-    if ref.format == "parquet":
+    notes = [f"num_files_train x num_samples_per_file: {how}; files of the measured layout's samples per file, "
+             f"at least one per reader worker.",
+             f"record_length_bytes {record}: the payload of a record"
+             + (" (the parquet columns' sum)" if columns else "")
+             + f"; the trainer's reads cost {on_disk:,.1f} B per sample as stored"
+             + (f" ({on_disk / record - 1:+.1%}: container headers and layout)" if record else "") + "."]
+    if columns is not None:
         dataset["compression"] = "none"
-        columns, column_notes = _parquet_columns(profile)
         dataset["parquet"] = {"columns": columns}
-        notes += ["parquet columns (size in elements of dtype):", *[f"  {n}" for n in column_notes]]
+        notes += ["parquet columns (size in elements of dtype, payload only):", *[f"  {n}" for n in notes_columns],
+                  "Parquet adds its own page and footer overhead on disk, not counted in record_length_bytes."]
     if profile["dataset"]["format"] == "npy-columns":
-        notes.append("DLRMv4's processed Yambda data is one memory-mapped array per column, so every sample reads "
-                     "from the same files: num_files_train 1.")
+        notes.append("DLRMv4's processed Yambda data is one memory-mapped array per column, every sample reading the "
+                     "same files, and samples share the history pool: the parquet form repeats each sample's history.")
+    steps = int(profile["totals"]["steps"])
     model_section: dict[str, Any] = {"name": model}
     if ref.model_type:
         model_section["type"] = ref.model_type
@@ -187,20 +274,27 @@ def mlperf_storage_workloads(profile: dict[str, Any]) -> dict[str, str]:
         "dataset": dataset,
         "reader": {
             "data_loader": "pytorch",
-            "batch_size": profile["batch_size"],
-            "read_threads": max(profile["reader_workers"], 1),
+            "batch_size": batch,
+            "read_threads": threads,
             "prefetch_size": max(profile["batches_in_flight"], 1),
             "file_shuffle": "seed",
             "sample_shuffle": "seed",
         },
-        "train": {"epochs": 1, "computation_time": round(compute, 6), "computation_time_stdev": round(compute_stdev, 6)},
-        "metric": {"au": ref.au},
+        "train": {"epochs": 1, "total_training_steps": steps, "computation_time": round(compute, 6),
+                  "computation_time_stdev": round(compute_stdev, 6)},
+        "metric": {"au": au},
     }
-    lines = [*notes,
-             f"computation_time: the measured step time without its data wait, mean over steady steps and ranks "
-             f"(stdev capped at {MAX_STDEV_FRACTION:.0%} of it); measured on {profile['device']}, not on {model}'s "
-             f"MLPerf accelerator.",
+    lines = [*notes, compute_note,
+             f"train.total_training_steps {steps}: the steps this run measured (an epoch of this dataset is "
+             f"{files * per_file // max(batch, 1):,} batches of {batch}; raise it, or drop it for epochs, for a "
+             f"longer test).",
              f"metric.au: MLPerf Storage's threshold for {model}.",
+             "Access pattern: MLPerf Storage's DLIO reads parquet as whole row groups, file by file (sample_shuffle, "
+             "file_shuffle and prefetch_size do not change that on local storage); the trainer reads "
+             f"{profile['reads']['mean_size']:,.0f} B per read on average "
+             f"({'sequential' if (profile['reads'].get('sequential_fraction') or 0) >= 0.5 else 'random'}).",
+             f"read_threads {threads}" + (": that DLIO reads 1 as unset and picks min(cpus per rank, 8); run it "
+                                          "with DLIO_MAX_AUTO_THREADS=1 to keep one." if threads == 1 else "."),
              f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
              f"computation_time {ref.computation_time}."]
     datagen = {
@@ -209,12 +303,26 @@ def mlperf_storage_workloads(profile: dict[str, Any]) -> dict[str, str]:
         "workflow": {"generate_data": True, "train": False, "checkpoint": False},
         "dataset": dataset,
     }
+    name = f"{model}_{accelerator.strip().lower()}" if accelerator else f"{model}_measured"
+    datagen_lines = [*notes,
+                     f"Named {model}_datagen_measured.yaml so that copying it into mlcommons/storage's "
+                     f"configs/dlio/workload/ never replaces the published {model}_datagen.yaml; run it as "
+                     f"mlpstorage runs DLIO: dlio_benchmark --config-dir <that configs/dlio> "
+                     f"workload={model}_datagen_measured ++workload.dataset.data_folder=<data dir>"]
     return {
-        f"{model}_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}, measured.", lines=lines),
-                                        workload),
-        f"{model}_datagen.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, measured.",
-                                               lines=notes), datagen),
+        f"{name}.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}"
+                                      + (f" on {accelerator}" if accelerator else ", measured") + ".", lines=lines),
+                              workload),
+        f"{model}_datagen_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, "
+                                                        "measured.", lines=datagen_lines), datagen),
     }
+
+
+def _accelerator_row(profile: dict[str, Any], accelerator: str) -> ComputeTime:
+    try:
+        return lookup(profile["benchmark"], accelerator)
+    except ComputeTimeError as error:
+        raise ExportError(f"--accelerator {accelerator!r}: {error}") from None
 
 
 # DLIO 2.0.0's own reader cost per sample (pytorch loader, one __getitem__ per sample), measured
@@ -334,12 +442,16 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
-def export(run_dir: Path) -> list[Path]:
-    """Writes the three YAMLs (see the module doc); returns their paths."""
+def export(run_dir: Path, *, accelerator: str | None = None, dataset_scale: float | None = 1.0) -> list[Path]:
+    """Writes the three YAMLs (see the module doc); returns their paths. `dataset_scale`: the exported
+    dataset as this multiple of the benchmark's real training set (None: the samples this run's data held)."""
     run_dir = Path(run_dir)
     profile = read_profile(run_dir)
+    if dataset_scale is not None and not dataset_scale > 0:
+        raise ExportError(f"--dataset-scale must be > 0, got {dataset_scale}")
     try:
-        texts = {Path("mlperf_storage") / name: text for name, text in mlperf_storage_workloads(profile).items()}
+        texts = {Path("mlperf_storage") / name: text for name, text in
+                 mlperf_storage_workloads(profile, accelerator=accelerator, dataset_scale=dataset_scale).items()}
         name, text = dlio_2_workload(profile)
     except (KeyError, TypeError, ZeroDivisionError) as error:
         raise ExportError(f"{run_dir / PROFILE_FILE}: field {error} is missing or malformed") from None

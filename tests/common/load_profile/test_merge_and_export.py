@@ -61,15 +61,18 @@ def test_export_writes_both_schemas(tmp_path):
     profile = known_profile(world_size=2)
     run = _run_dir(tmp_path, profile)
     written = export(run)
-    assert sorted(p.name for p in written) == ["retinanet_datagen.yaml", "retinanet_measured.yaml", "retinanet_replay.yaml"]
+    assert sorted(p.name for p in written) == ["retinanet_datagen_measured.yaml", "retinanet_measured.yaml",
+                                               "retinanet_replay.yaml"]
     storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
     assert storage["model"] == {"name": "retinanet", "type": "cnn"}
     assert storage["dataset"]["record_length_bytes"] == RECORD + 150 and storage["dataset"]["format"] == "jpeg"
-    assert storage["dataset"]["num_files_train"] == 1000 and storage["dataset"]["num_samples_per_file"] == 1
+    # the real training set by default, one image per file
+    assert storage["dataset"]["num_files_train"] == 1_170_301 and storage["dataset"]["num_samples_per_file"] == 1
     assert storage["reader"] == {"data_loader": "pytorch", "batch_size": BATCH, "read_threads": 2, "prefetch_size": 4,
                                  "file_shuffle": "seed", "sample_shuffle": "seed"}
     assert storage["train"]["computation_time"] == pytest.approx(0.05) and storage["metric"]["au"] == 0.85
-    datagen = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_datagen.yaml").read_text())
+    assert storage["train"]["total_training_steps"] == STEPS  # the run length measured
+    datagen = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_datagen_measured.yaml").read_text())
     assert datagen["workflow"] == {"generate_data": True, "train": False, "checkpoint": False}
     replay_text = (run / "dlio/dlio-2.0.0/workload/retinanet_replay.yaml").read_text()
     assert replay_text.startswith("# DLIO 2.0.0 replay") and "/runs/x" in replay_text  # says where it came from
@@ -84,6 +87,46 @@ def test_export_writes_both_schemas(tmp_path):
     assert d["num_files_train"] * d["num_samples_per_file"] % 2 == 0  # both ranks get equal shares
     assert replay["train"]["total_training_steps"] == STEPS
     assert replay["reader"]["batch_size"] == BATCH and replay["reader"]["read_threads"] == 2
+
+
+def test_an_accelerator_export_is_the_file_mlpstorage_picks_with_that_accelerators_step(tmp_path):
+    run = _run_dir(tmp_path, known_profile(world_size=1))
+    names = sorted(p.name for p in export(run, accelerator="B200", dataset_scale=None))
+    assert names == ["retinanet_b200.yaml", "retinanet_datagen_measured.yaml", "retinanet_replay.yaml"]
+    storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_b200.yaml").read_text())
+    assert storage["reader"]["batch_size"] == 24 and storage["train"]["computation_time"] == pytest.approx(0.04755)
+    assert storage["metric"]["au"] == 0.85
+    assert storage["dataset"]["num_files_train"] == 1000  # dataset_scale None: this run's data
+    text = (run / "dlio/mlperf_storage/retinanet_b200.yaml").read_text()
+    assert "compute_times.csv" in text and "retinanet_b200.yaml [S@11460d00]" in text
+
+
+def test_a_dataset_multiple_and_a_bad_accelerator(tmp_path):
+    run = _run_dir(tmp_path, known_profile(world_size=1))
+    export(run, dataset_scale=0.5)
+    storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
+    assert storage["dataset"]["num_files_train"] == 585_150  # half of 1,170,301, rounded
+    with pytest.raises(ExportError, match="--accelerator 'tpu9'.*accelerators there: a100, b200, h100, mi355"):
+        export(run, accelerator="tpu9")
+    with pytest.raises(ExportError, match="--dataset-scale must be > 0"):
+        export(run, dataset_scale=0)
+
+
+def test_parquet_exports_count_payload_only_and_the_record_is_the_column_sum():
+    from common.load_profile.export import mlperf_storage_workloads
+
+    flux = known_profile(world_size=1)
+    flux["benchmark"] = "flux"
+    flux["dataset"] = {"format": "arrow", "root": "/data/flux", "files": 10, "samples": 2560, "columns": [
+        {"name": "t5_encodings", "dtype": "bfloat16", "shape": [256, 4096], "elements": 1048576,
+         "bytes": 2 * 1048576 + 128, "npy_header_bytes": 128},
+        {"name": "timestep", "dtype": "int64", "shape": [], "elements": 1, "bytes": 8}]}
+    body = yaml.safe_load(mlperf_storage_workloads(flux, dataset_scale=None)["flux_measured.yaml"].split("\n", 0)[0])
+    columns = body["dataset"]["parquet"]["columns"]
+    assert columns == [{"name": "t5_encodings", "dtype": "float16", "size": 1048576},
+                       {"name": "timestep", "dtype": "float64", "size": 1}]
+    assert body["dataset"]["record_length_bytes"] == 2 * 1048576 + 8
+    assert body["dataset"]["num_files_train"] == 10 and body["dataset"]["num_samples_per_file"] == 256
 
 
 @pytest.mark.parametrize("world, steps, stored", [(1, 10, 100_000), (2, 3, 7), (3, 5, 1), (8, 1, 2)])
@@ -195,3 +238,14 @@ def test_a_rank_part_without_a_session_merges_with_the_device_unmeasured():
     part["block_device"] = None  # a LoadProfiler used on its own (scripts/load_profile/reference_bytes.py)
     p = merge([part], benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET)
     assert p["block_device"]["read_bytes"] is None and "not measured" in p["block_device"]["unavailable"]
+
+
+def test_cli_export_flags(tmp_path, capsys):
+    from common.load_profile.__main__ import main
+
+    run = _run_dir(tmp_path, known_profile(world_size=1))
+    assert main(["export", str(run), "--accelerator", "h100", "--dataset-of-run"]) == 0
+    assert "retinanet_h100.yaml" in capsys.readouterr().out
+    assert main(["export", str(run), "--accelerator", "tpu9"]) == 2
+    assert "--accelerator 'tpu9'" in capsys.readouterr().err
+    assert main(["export"]) == 2
