@@ -63,7 +63,8 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
     aus = [float(u["au"]) for u in utilisations]
     mean = sum(aus) / len(aus)
     walls = [float(u["wall_s"]) for u in utilisations]
-    samples = sum(float(u["samples"]) for u in utilisations)
+    # the samples trained in the timed span (the steps after the first), over that span
+    samples = sum(float(u.get("samples_timed", u["samples"])) for u in utilisations)
     rates, per_sample = storage_figures(profile)
     return {
         "format": FORMAT,

@@ -44,6 +44,7 @@ class EmulatedTask:
         self._draws = np.random.default_rng([seed, rank, 0xE3A1])
         self.steps = 0
         self.samples = 0
+        self.samples_timed = 0  # the samples of the steps after the first: the rate's numerator
         self.busy_s = 0.0  # compute held in the steps after the first
         self._first_end: float | None = None
         self._last_end: float | None = None
@@ -63,6 +64,7 @@ class EmulatedTask:
             self._first_end = end
         else:
             self.busy_s += held
+            self.samples_timed += samples
         self._last_end = end
         return StepOutput(loss=torch.zeros((), dtype=torch.float64), samples=samples, compute_s=held)
 
@@ -70,7 +72,7 @@ class EmulatedTask:
         """This accelerator's AU and the figures behind it (steps after the first only)."""
         wall = (self._last_end - self._first_end) if self._first_end is not None else 0.0
         return {"au": self.busy_s / wall if wall > 0 else 0.0, "busy_s": self.busy_s, "wall_s": wall,
-                "steps": self.steps, "samples": self.samples}
+                "steps": self.steps, "samples": self.samples, "samples_timed": self.samples_timed}
 
     def evaluate(self, at: EvalPoint) -> EvalOutput:
         raise RuntimeError("an emulated accelerator has no model to evaluate; its schedule has no evaluation")
