@@ -6,7 +6,8 @@ export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLI
          [--dataset-scale F]                   F x the benchmark's real training set (default 1)
          [--dataset-of-run]                    the samples this run's data held instead
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
-         workload and prints measured vs replayed samples/s, MB/s and AU
+         workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
+         reader plugin makes per sample the reads the profile recorded and compares them too
 """
 
 from __future__ import annotations

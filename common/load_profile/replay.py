@@ -40,6 +40,7 @@ RESULT_FORMAT = "mlperf-load-replay"
 WHOLE_FILE_FORMATS = {"npy", "npz", "jpeg", "png", "csv"}
 PYTORCH_FORMATS = WHOLE_FILE_FORMATS | {"indexed_binary", "mmap_indexed_binary", "hdf5"}
 LOG_TAIL_LINES = 15
+READERS = ("generic", "plugin")  # replay(reader=...): export's record per sample, or the recorded reads
 __all__ = ["DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "replay"]
 
 
@@ -189,11 +190,12 @@ def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, da
     return cmd
 
 
-def _dlio_env(python: Path) -> dict[str, str]:
+def _dlio_env(python: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env["DFTRACER_ENABLE"] = "0"  # pydftracer traces every call by default
     env["HYDRA_FULL_ERROR"] = "1"  # a full traceback in the log when DLIO fails
+    env.update(extra or {})  # the reader plugin's replay puts the repository on PYTHONPATH
     return env
 
 
@@ -205,12 +207,13 @@ def _log_tail(log: Path) -> str:
     return "\n".join("  " + line[:300] for line in lines[-LOG_TAIL_LINES:])
 
 
-def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: float, what: str) -> float:
+def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: float, what: str,
+              extra_env: dict[str, str] | None = None) -> float:
     start = time.monotonic()
     with log.open("w") as sink:
         # its own session, so a timeout ends every rank and loader worker it started, and only those
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd, env=_dlio_env(python),
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
+                                env=_dlio_env(python, extra_env), start_new_session=True)
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -281,13 +284,25 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
 
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
-           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
+           reader: str = "generic") -> ReplayResult:
     """Generates the workload's data with DLIO 2.0.0, runs its training emulation with the profile's
     world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json.
 
     `before_train`, if given, is called with DLIO's data folder once the data is generated and
     before DLIO trains on it: e.g. to drop the fresh files from the page cache, so that DLIO reads
-    them from storage as a cold run does rather than from the memory the generation just filled."""
+    them from storage as a cold run does rather than from the memory the generation just filled.
+
+    `reader`: "generic" replays export's workload (one record per sample); "plugin" makes, per
+    sample, the reads the profile recorded, through a DLIO reader plugin (plugin_workload.plugin_replay:
+    its own workload, data and RUN_DIR/dlio/replay_plugin_result.json)."""
+    if reader not in READERS:
+        raise ReplayError(f"reader {reader!r} is not one of {', '.join(READERS)}")
+    if reader == "plugin":
+        from common.load_profile.plugin_workload import plugin_replay  # it imports this module
+
+        return plugin_replay(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s,
+                             before_train=before_train)
     run_dir = Path(run_dir).resolve()
     profile = _read_profile(run_dir)
     config_dir, name, workload = _find_workload(run_dir)

@@ -1,4 +1,5 @@
-"""`python -m common.load_profile replay RUN_DIR [--work-dir D] [--keep-data]` (dispatched by __main__)."""
+"""`python -m common.load_profile replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin]`
+(dispatched by __main__)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
                         help="a run directory with load_profile.json and dlio/")
     parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where DLIO writes its data and output (default RUN_DIR/dlio/replay)")
+                        help="where DLIO writes its data and output (default RUN_DIR/dlio/replay, or "
+                             "RUN_DIR/dlio/replay-plugin with --reader plugin)")
     parser.add_argument("--keep-data", action="store_true", help="keep the generated data afterwards")
+    parser.add_argument("--reader", choices=("generic", "plugin"), default="generic",
+                        help="generic: export's workload, one record per sample (default); plugin: a DLIO reader "
+                             "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
+                             "compares them (RUN_DIR/dlio/replay_plugin_result.json, work dir "
+                             "RUN_DIR/dlio/replay-plugin)")
     return parser
 
 
@@ -30,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from common.load_profile.replay import DlioEnvError, ReplayError, replay
 
     try:
-        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data)
+        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader)
     except (ReplayError, DlioEnvError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,178 @@
+"""The reader plugin's plan of reads, executed on its own data without DLIO (fast)."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from common.load_profile.plugin_plan import (PLAN_FILE, PlanError, ReadCounts, ReadPlan, SampleReader,
+                                             collect_counts, data_file_names, histogram_match, layout_of,
+                                             plan_from_profile, profile_reads, solve_scale, write_data)
+from common.load_profile.reads import size_histogram
+from tests.common.load_profile.workload_profiles import BATCH, BENCHMARKS, STEPS, workload_profile
+
+LAYOUT = {"retinanet": "whole_file", "flux": "shards", "recommendation_v4": "columns"}
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict[str, dict]:
+    return {b: workload_profile(b) for b in BENCHMARKS}
+
+
+def _replay_reads(plan: ReadPlan, data_dir, order=None) -> dict:
+    """Every sample of the plan's data read once, in `order` (default shuffled), as DLIO would."""
+    write_data(plan, data_dir)
+    paths = sorted((data_dir / "train").iterdir())
+    reader = SampleReader(plan, paths)
+    samples = plan.files * plan.samples_per_file
+    for g in (order if order is not None else np.random.default_rng(7).permutation(samples)):
+        reader.read(int(g), int(g) // plan.samples_per_file)
+    reader.close()
+    return reader.counts.summary()
+
+
+@pytest.mark.parametrize("benchmark", BENCHMARKS)
+def test_the_plan_reads_what_the_profile_recorded(profiles, tmp_path, benchmark):
+    profile = profiles[benchmark]
+    recorded = profile_reads(profile)
+    plan = plan_from_profile(profile, samples=STEPS * BATCH, world_size=1)
+    assert plan.layout == LAYOUT[benchmark] == layout_of(profile)
+    replayed = _replay_reads(plan, tmp_path)
+
+    match = histogram_match(recorded["size_log2_histogram"], replayed["size_log2_histogram"])
+    assert match["within_one_bin"], match
+    assert match["total_variation"] <= 0.02, match  # and in fact nearly bucket for bucket
+    # no read leaves the buckets the profile recorded
+    assert set(np.flatnonzero(replayed["size_log2_histogram"])) <= set(np.flatnonzero(recorded["size_log2_histogram"]))
+    assert replayed["reads_per_sample"] == pytest.approx(recorded["reads_per_sample"], rel=0.01)
+    assert replayed["mean_size"] == pytest.approx(recorded["mean_size"], rel=0.03)
+    assert replayed["bytes"] == replayed["requested_bytes"]  # every read got all its bytes
+    if benchmark == "retinanet":  # a whole file per sample, each a first (and only) read of its file
+        assert replayed["files_opened"] == replayed["samples"] and replayed["sequential_fraction"] is None
+    else:  # random cells of few big files
+        assert replayed["files_opened"] == recorded["files_opened"] == plan.files
+        assert replayed["sequential_fraction"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_whole_files_have_the_sizes_their_samples_read(profiles, tmp_path):
+    plan = plan_from_profile(profiles["retinanet"], samples=STEPS * BATCH, world_size=1)
+    assert plan.spread  # JPEG sizes vary within a bucket
+    write_data(plan, tmp_path)
+    names = data_file_names(plan)
+    assert sorted(names) == names  # DLIO sorts the paths: file i must be the i-th
+    sizes = [(tmp_path / "train" / n).stat().st_size for n in names]
+    assert sizes == [plan.whole_file_bytes(i) for i in range(plan.files)]
+    assert len(set(sizes)) > plan.files // 2
+    assert (tmp_path / "valid").is_dir() and ReadPlan.load(tmp_path / PLAN_FILE) == plan
+
+
+def test_reads_are_a_function_of_seed_and_sample_only(profiles):
+    plan = plan_from_profile(profiles["recommendation_v4"], samples=STEPS * BATCH, world_size=1, seed=5)
+    again = ReadPlan.from_json(plan.to_json())
+    for g in (0, 1, 17, 95):
+        for a, b in zip(plan.sample_reads(g, 0), again.sample_reads(g, 3), strict=True):
+            np.testing.assert_array_equal(a, b)  # columns: the home file DLIO names does not matter
+    other = plan_from_profile(profiles["recommendation_v4"], samples=STEPS * BATCH, world_size=1, seed=6)
+    assert not np.array_equal(plan.sample_reads(17, 0)[1], other.sample_reads(17, 0)[1])
+    shards = plan_from_profile(profiles["flux"], samples=STEPS * BATCH, world_size=1)
+    files, offsets, sizes = shards.sample_reads(50, 1)
+    assert set(files.tolist()) == {1} and np.all(offsets + sizes <= shards.file_bytes)
+
+
+def test_read_counts_add_up_over_any_run_of_samples():
+    plan = ReadPlan(layout="columns", seed=1, reads_per_sample=14.96, buckets=(2, 7), weights=(0.5, 0.5), scale=1.0,
+                    spread=False, continue_p=0.0, files=11, samples_per_file=10, file_bytes=1 << 20, profile={})
+    for start, n in ((0, 1000), (377, 250)):
+        total = sum(plan.read_count(g) for g in range(start, start + n))
+        assert total == int(np.floor((start + n) * 14.96)) - int(np.floor(start * 14.96))
+        assert {plan.read_count(g) for g in range(start, start + n)} == {14, 15}
+
+
+def test_the_scale_keeps_reads_in_their_buckets_and_gives_the_mean():
+    buckets, weights = np.array([8, 13]), np.array([0.25, 0.75])
+    scale = solve_scale(buckets, weights, 6304.0)  # FLUX: a 256 B vector and three 8,320 B arrays
+    means = scale * 2.0 ** buckets
+    assert float(np.dot(weights, means)) == pytest.approx(6304.0)
+    assert np.all(np.floor(np.log2(means)) == buckets)
+    # a mean no in-bucket size can reach: the nearest the buckets allow
+    assert solve_scale(buckets, weights, 1e9) == pytest.approx(2.0)
+
+
+def test_a_sequential_fraction_is_replayed_by_continuing_reads(profiles, tmp_path):
+    profile = profiles["flux"]
+    profile = {**profile, "reads": {**profile["reads"], "sequential_fraction": 0.6}}
+    plan = plan_from_profile(profile, samples=STEPS * BATCH, world_size=1)
+    assert plan.continue_p == pytest.approx(0.8)  # 3 of every 4 reads can continue: 0.6 x 4 / 3
+    replayed = _replay_reads(plan, tmp_path)
+    assert replayed["sequential_fraction"] == pytest.approx(0.6, abs=0.08)
+
+
+def test_files_samples_and_ranks_fit_dlio():
+    profile = workload_profile("flux", world_size=2)
+    plan = plan_from_profile(profile, samples=STEPS * BATCH * 2, world_size=3)
+    assert plan.files > 3 and (plan.files * plan.samples_per_file) % 3 == 0
+    assert plan.files * plan.samples_per_file >= STEPS * BATCH * 2
+    assert plan.file_bytes % 4096 == 0 and plan.file_bytes >= 2 ** 14  # holds the largest read
+    # as large as the dataset's files, or the distinct bytes read per file where more: the reads
+    # scatter over as much storage as the trainer's
+    stored = profile["dataset"]["bytes"] / profile["dataset"]["files"]
+    distinct = profile["reads"]["unique_bytes"] / profile["reads"]["files_opened"]
+    assert plan.file_bytes == math.ceil(max(stored, distinct) / 4096) * 4096
+    big = {**profile, "dataset": {**profile["dataset"], "bytes": 64 << 20, "files": 2}}
+    assert plan_from_profile(big, samples=STEPS * BATCH * 2, world_size=3).file_bytes == 32 << 20
+
+
+def test_a_profile_without_reads_gives_no_plan(profiles):
+    profile = profiles["flux"]
+    empty = {**profile, "reads": {**profile["reads"], "size_log2_histogram": [0] * 48}}
+    with pytest.raises(PlanError, match="empty"):
+        plan_from_profile(empty, samples=8, world_size=1)
+
+
+def test_a_plan_for_other_data_is_refused(profiles, tmp_path):
+    plan = plan_from_profile(profiles["flux"], samples=STEPS * BATCH, world_size=1)
+    with pytest.raises(PlanError, match="not written for this plan"):
+        SampleReader(plan, [tmp_path / "a"])
+    (tmp_path / "bad.json").write_text('{"format": "something"}')
+    with pytest.raises(PlanError, match="bad.json"):
+        ReadPlan.load(tmp_path / "bad.json")
+
+
+def _read_then_die(plan: ReadPlan, data_dir, counts_dir) -> None:
+    paths = sorted((data_dir / "train").iterdir())
+    reader = SampleReader(plan, paths, ReadCounts(plan.files, counts_dir, "child"))
+    for g in range(10):
+        reader.read(g, g // plan.samples_per_file)
+    os.kill(os.getpid(), signal.SIGKILL)  # as a loader worker DLIO's exit ends: none of its code runs after
+
+
+def test_counts_survive_a_killed_reader(profiles, tmp_path):
+    plan = plan_from_profile(profiles["flux"], samples=STEPS * BATCH, world_size=1)
+    write_data(plan, tmp_path / "data")
+    child = multiprocessing.get_context("fork").Process(target=_read_then_die,
+                                                         args=(plan, tmp_path / "data", tmp_path / "counts"))
+    child.start()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    counted = collect_counts(tmp_path / "counts")
+    assert counted["samples"] == 10 and counted["reads"] == 40 and counted["processes"] == 1
+    expected = sum(size_histogram(plan.sample_reads(g, g // plan.samples_per_file)[2]) for g in range(10))
+    assert counted["size_log2_histogram"] == expected.tolist()
+    with pytest.raises(PlanError, match="no read counts"):
+        collect_counts(tmp_path / "nothing")
+
+
+def test_histogram_match():
+    same = histogram_match([0, 3, 1], [0, 30, 10])
+    assert same["bins_per_read"] == pytest.approx(0) and same["within_one_bin"]
+    shifted = histogram_match([0, 4, 0, 0], [0, 0, 4])
+    assert shifted["bins_per_read"] == pytest.approx(1.0) and shifted["within_one_bin"]
+    assert shifted["total_variation"] == pytest.approx(1.0)
+    far = histogram_match([4, 0, 0], [0, 0, 4])
+    assert far["bins_per_read"] == pytest.approx(2.0) and not far["within_one_bin"]
+    assert not histogram_match([0, 0], [1, 0])["within_one_bin"]
