@@ -40,7 +40,6 @@ RESULT_FORMAT = "mlperf-load-replay"
 WHOLE_FILE_FORMATS = {"npy", "npz", "jpeg", "png", "csv"}
 PYTORCH_FORMATS = WHOLE_FILE_FORMATS | {"indexed_binary", "mmap_indexed_binary", "hdf5"}
 LOG_TAIL_LINES = 15
-READERS = ("generic", "plugin")  # replay(reader=...): export's record per sample, or the recorded reads
 __all__ = ["DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "replay"]
 
 
@@ -284,8 +283,7 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
 
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
-           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
-           reader: str = "generic") -> ReplayResult:
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
     """Generates the workload's data with DLIO 2.0.0, runs its training emulation with the profile's
     world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json.
 
@@ -293,16 +291,8 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     before DLIO trains on it: e.g. to drop the fresh files from the page cache, so that DLIO reads
     them from storage as a cold run does rather than from the memory the generation just filled.
 
-    `reader`: "generic" replays export's workload (one record per sample); "plugin" makes, per
-    sample, the reads the profile recorded, through a DLIO reader plugin (plugin_workload.plugin_replay:
-    its own workload, data and RUN_DIR/dlio/replay_plugin_result.json)."""
-    if reader not in READERS:
-        raise ReplayError(f"reader {reader!r} is not one of {', '.join(READERS)}")
-    if reader == "plugin":
-        from common.load_profile.plugin_workload import plugin_replay  # it imports this module
-
-        return plugin_replay(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s,
-                             before_train=before_train)
+    This is the generic replay (one record per sample); common.load_profile.replays.replay picks
+    it or the reader plugin's."""
     run_dir = Path(run_dir).resolve()
     profile = _read_profile(run_dir)
     config_dir, name, workload = _find_workload(run_dir)

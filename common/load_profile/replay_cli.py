@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     args = _parser().parse_args(argv)
     # imported here: --help and bad arguments need none of the replay's imports
-    from common.load_profile.replay import DlioEnvError, ReplayError, replay
+    from common.load_profile.replay import DlioEnvError, ReplayError
+    from common.load_profile.replays import replay
 
     try:
         replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader)

@@ -8,12 +8,14 @@ import pytest
 import yaml
 
 from common.load_profile import replay as replay_module
+from common.load_profile import replays as replays_module
 from common.load_profile import replay_cli
 from common.load_profile.export import dlio_2_workload
 from common.load_profile.plugin_plan import PLAN_FILE, ReadPlan, histogram_match
 from common.load_profile.plugin_workload import (READER_CLASS, PluginReplayResult, dlio_data_wait, plugin_workload,
                                                  write_plugin_workload)
-from common.load_profile.replay import ReplayError, check_workload, replay
+from common.load_profile.replay import ReplayError, check_workload
+from common.load_profile.replays import replay
 from common.load_profile.session import write_profile
 from tests.common.load_profile.workload_profiles import BENCHMARKS, workload_profile
 
@@ -74,7 +76,7 @@ def test_cli_passes_the_reader(monkeypatch, tmp_path):
     def fake_replay(run_dir, **kwargs):
         seen.update(kwargs, run_dir=run_dir)
 
-    monkeypatch.setattr(replay_module, "replay", fake_replay)
+    monkeypatch.setattr(replays_module, "replay", fake_replay)
     assert replay_cli.main(["replay", str(tmp_path), "--reader", "plugin"]) == 0
     assert seen["reader"] == "plugin" and seen["run_dir"] == tmp_path
     assert replay_cli.main([str(tmp_path)]) == 0 and seen["reader"] == "generic"

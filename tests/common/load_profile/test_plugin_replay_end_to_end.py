@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from common.load_profile.replay import replay
+from common.load_profile.replays import replay
 from common.load_profile.session import write_profile
 from tests.common.load_profile.workload_profiles import BENCHMARKS, STEPS, workload_profile
 

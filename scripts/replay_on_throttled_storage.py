@@ -1,0 +1,344 @@
+"""Issue 22's comparison that looks at storage, not compute: a measured emulated run and its two
+DLIO 2.0.0 replays (generic, reader plugin), all three reading from one loop device whose reads a
+cgroup holds to a chosen rate. Root only.
+
+    .venv/bin/python scripts/replay_on_throttled_storage.py [--benchmark flux ...] [--steps 24]
+        [--ranks 1] [--readers generic plugin] [--out DIR]
+
+Per benchmark (its read limit, step time, batch and workers from SETTINGS, or the flags):
+1. an ext4 file system on a loop device (common.emulation.throttle.ThrottledStorage);
+2. the benchmark's debug dataset written there by a 2-step emulated run outside the cgroup;
+3. the measured emulated run inside the cgroup (it evicts its dataset first) -> load_profile.json;
+4. `export` of that run, then each replay run by this script's `_replay` entry inside the cgroup,
+   with DLIO's work dir on the mount: a before_train hook evicts DLIO's data (flushed first) and
+   snapshots the loop device's /proc/diskstats; a second snapshot is taken when replay() returns;
+5. a table per benchmark (measured / generic / plugin) and results.json under --out.
+
+Device MB/s: measured, block_device.read_bytes / totals.wall_s of the load profile (the training
+loop); DLIO, the diskstats delta / DLIO's training epoch time (summary.json per_epoch_stats) and
+also / the wall time from the hook to replay()'s return (DLIO's start-up included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+
+MIB = 1 << 20
+# benchmark -> (debug gin config, extra bindings, DataConfig name, read MiB/s, s per step, batch, workers)
+SETTINGS = {
+    "flux": (REPO / "flux" / "configs" / "debug.gin", ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
+             "flux.DataConfig", 6.0, 0.4, 16, 2),
+    "retinanet": (REPO / "retinanet" / "configs" / "debug.gin", [], "retinanet.DataConfig", 1.8, 0.4, 8, 2),
+    "recommendation_v4": (REPO / "recommendation_v4" / "configs" / "debug.gin", [], "recommendation_v4.DataConfig",
+                          1.0, 0.4, 128, 1),
+}
+
+
+# ---------------------------------------------------------------------------- inside the cgroup: one replay
+
+def _dlio_waits(train_out: Path) -> list[float]:
+    """DLIO's per-step `load` times after the profiler's warm-up steps, all ranks (as dlio_data_wait)."""
+    from common.load_profile.profiler import WARMUP_STEPS
+
+    waits: list[float] = []
+    for path in sorted(train_out.glob("*_output.json")):
+        try:
+            rank = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for epoch in rank.values():
+            if isinstance(epoch, dict):
+                steps = [x for block in (epoch.get("load") or {}).values() if isinstance(block, list) for x in block]
+                waits.extend(float(x) for x in steps[WARMUP_STEPS:])
+    return waits
+
+
+def _epoch_seconds(train_out: Path) -> float | None:
+    """DLIO's training time: the sum of its epochs' durations in per_epoch_stats.json (rank 0's), where recorded."""
+    try:
+        epochs = json.loads((train_out / "per_epoch_stats.json").read_text())
+    except (OSError, ValueError):
+        return None
+    total = 0.0
+    for stats in (epochs if isinstance(epochs, dict) else {}).values():
+        if isinstance(stats, dict) and isinstance(stats.get("duration"), (int, float, str)):
+            try:
+                total += float(stats["duration"])
+            except ValueError:
+                return None
+    return total or None
+
+
+def _replay_entry(argv: list[str]) -> int:
+    """`_replay RUN_DIR --reader R --work-dir W --result F`: run inside the cgroup (wrap()), so DLIO and
+    its loader workers are throttled."""
+    from common.emulation.page_cache import evict
+    from common.load_profile.block_device import diskstats, find_block_device
+    from common.load_profile.replays import replay
+
+    parser = argparse.ArgumentParser(prog="replay_on_throttled_storage.py _replay")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--reader", required=True, choices=("generic", "plugin"))
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    device, why = find_block_device(args.work_dir)
+    if device is None:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    state: dict[str, Any] = {}
+
+    def before_train(data: Path) -> None:
+        eviction = evict([data], flush=True)
+        state["eviction"] = {"files": eviction.files, "bytes": eviction.bytes,
+                             "resident_before_bytes": eviction.resident_before_bytes,
+                             "resident_after_bytes": eviction.resident_after_bytes}
+        state["before"] = diskstats(device)
+        state["t0"] = time.monotonic()
+        print(f"[throttled] evicted {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB), resident after "
+              f"{eviction.resident_after_bytes}; {device} at {state['before']}", flush=True)
+
+    result = replay(args.run_dir, work_dir=args.work_dir, keep_data=True, before_train=before_train,
+                    reader=args.reader)
+    after, t1 = diskstats(device), time.monotonic()
+    shutil.rmtree(args.work_dir / "data", ignore_errors=True)
+    train_out = args.work_dir / "train"
+    waits = _dlio_waits(train_out)
+    before = state.get("before")
+    reads, read_bytes = (after[0] - before[0], after[1] - before[1]) if before and after else (None, None)
+    out: dict[str, Any] = {
+        "reader": args.reader, "device": device, "eviction": state.get("eviction"),
+        "device_reads": reads, "device_read_bytes": read_bytes,
+        "hook_to_return_s": t1 - state["t0"] if "t0" in state else None,
+        "dlio_train_s": result.seconds.get("train"), "epoch_s": _epoch_seconds(train_out),
+        "data_wait_s": {"mean": float(np.mean(waits)), "p50": float(np.percentile(waits, 50)),
+                        "p90": float(np.percentile(waits, 90)), "steps": len(waits)} if waits else None,
+        "replayed": result.replayed, "measured": result.measured, "replayed_steps": result.replayed_steps,
+        "bytes_per_sample": result.bytes_per_sample, "commands": result.commands,
+    }
+    if args.reader == "plugin":
+        counted = result.reads["plugin"]
+        out["plugin_reads"] = {k: counted.get(k) for k in ("reads", "bytes", "requested_bytes", "reads_per_sample",
+                                                           "bytes_per_sample", "mean_size", "sequential_fraction",
+                                                           "files_opened", "samples")}
+        out["histogram"] = result.reads["histogram"]
+    args.result.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------- outside: the runs
+
+def _gin_flags(benchmark: str, data_root: Path, args: argparse.Namespace) -> list[str]:
+    config, extra, data, _, _, _, _ = SETTINGS[benchmark]
+    bindings = [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
+                f"common.Emulation.seconds_per_step = {args.seconds_per_step}",
+                f"common.Emulation.batch_per_accelerator = {args.batch}", *args.gin_bindings]
+    flags = ["--gin_config", str(config)]
+    for binding in bindings:
+        flags += ["--gin_bindings", binding]
+    return flags
+
+
+def _trainer(benchmark: str, ranks: int, flags: list[str], output_root: Path, run_name: str, steps: int) -> list[str]:
+    launcher = [sys.executable] if ranks == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    return [*launcher, "-m", f"{benchmark}.train", *flags,
+            "--gin_bindings", 'common.RunConfig.emulate = "b200"',
+            "--gin_bindings", f'common.RunConfig.output_root = "{output_root}"',
+            "--gin_bindings", f'common.RunConfig.run_name = "{run_name}"',
+            "--gin_bindings", f"common.RunConfig.max_steps = {steps}"]
+
+
+def _run(cmd: list[str], log: Path, what: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    print(f"[throttled] {what}: {' '.join(cmd[:8])} ... (log {log})", flush=True)
+    started = time.monotonic()
+    with log.open("w") as sink:
+        code = subprocess.run(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, env=env).returncode
+    print(f"[throttled] {what} exited {code} after {time.monotonic() - started:.0f} s", flush=True)
+    if code != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"{what} failed (exit {code}):\n" + "\n".join(tail))
+
+
+def _measured(run_dir: Path) -> dict[str, Any]:
+    profile = json.loads((run_dir / "load_profile.json").read_text())
+    totals, block, reads = profile["totals"], profile.get("block_device") or {}, profile.get("reads") or {}
+    wall = totals.get("wall_s")
+    read_bytes = block.get("read_bytes")
+    return {
+        "data_wait_s": totals.get("data_wait_s"), "au": totals.get("au"), "samples_per_s": totals.get("samples_per_s"),
+        "mb_per_s": totals.get("mb_per_s"), "wall_s": wall, "steps": totals.get("steps"),
+        "device_read_bytes": read_bytes, "device_reads": block.get("reads"),
+        "device_mb_per_s": read_bytes / wall / 1e6 if read_bytes is not None and wall else None,
+        "reads": reads.get("count"), "mean_read_bytes": reads.get("mean_size"),
+        "bytes_per_sample": totals.get("bytes_per_sample"),
+    }
+
+
+def _replayed(path: Path, samples: float | None) -> dict[str, Any]:
+    r = json.loads(path.read_text())
+    seconds = r["epoch_s"] or r["hook_to_return_s"]
+    rb = r["device_read_bytes"]
+    row = {
+        "data_wait_s": r["data_wait_s"], "au": r["replayed"]["au"], "samples_per_s": r["replayed"]["samples_per_s"],
+        "mb_per_s": r["replayed"]["mb_per_s"], "wall_s": seconds, "device_read_bytes": rb,
+        "device_reads": r["device_reads"],
+        "device_mb_per_s": rb / seconds / 1e6 if rb is not None and seconds else None,
+        "device_mb_per_s_hook_to_return": rb / r["hook_to_return_s"] / 1e6 if rb is not None and r["hook_to_return_s"]
+        else None,
+        "bytes_per_sample": r["bytes_per_sample"], "raw": r,
+    }
+    if r["reader"] == "plugin":
+        p = r["plugin_reads"]
+        row["reads"], row["mean_read_bytes"] = p.get("reads"), p.get("mean_size")
+    else:  # one read of one record per sample
+        row["reads"] = samples
+        row["mean_read_bytes"] = r["bytes_per_sample"]
+    return row
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _err(replayed: Any, measured: Any) -> float | None:
+    return replayed / measured - 1 if isinstance(replayed, (int, float)) and measured else None
+
+
+def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str:
+    cols = [c for c in ("measured", "generic", "plugin") if c in rows]
+    lines = [f"{benchmark}: read limit {limit} MiB/s", f"{'':22}" + "".join(f"{c:>14}" for c in cols)]
+
+    def line(label: str, get, fmt: str) -> None:
+        lines.append(f"{label:22}" + "".join(f"{_fmt(get(rows[c]), fmt):>14}" for c in cols))
+
+    for key in ("mean", "p50", "p90"):
+        line(f"data wait {key} (ms)", lambda r, k=key: None if not r["data_wait_s"] else r["data_wait_s"][k] * 1e3,
+             "{:.1f}")
+    line("device MB/s", lambda r: r["device_mb_per_s"], "{:.3f}")
+    line("device read bytes (MB)", lambda r: None if r["device_read_bytes"] is None else r["device_read_bytes"] / 1e6,
+         "{:.2f}")
+    line("device reads", lambda r: r["device_reads"], "{:d}")
+    line("time (s)", lambda r: r["wall_s"], "{:.1f}")
+    line("read count", lambda r: r["reads"], "{:,.0f}")
+    line("mean read (B)", lambda r: r["mean_read_bytes"], "{:,.0f}")
+    line("samples/s", lambda r: r["samples_per_s"], "{:.2f}")
+    line("AU", lambda r: r["au"], "{:.4f}")
+    m = rows["measured"]
+    for c in cols[1:]:
+        wait = _err((rows[c]["data_wait_s"] or {}).get("mean"), (m["data_wait_s"] or {}).get("mean"))
+        mbps = _err(rows[c]["device_mb_per_s"], m["device_mb_per_s"])
+        lines.append(f"error {c:8}: data wait mean {_fmt(wait, '{:+.1%}')}, device MB/s {_fmt(mbps, '{:+.1%}')}")
+    return "\n".join(lines)
+
+
+def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from common.load_profile.export import export
+
+    limit = args.read_mbps or SETTINGS[benchmark][3]
+    work = out / f"{benchmark}_r{ranks}"
+    work.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, dict[str, Any]] = {}
+    with ThrottledStorage(work / "disk", size_mb=args.size_mb, read_bps=int(limit * MIB), read_iops=None) as disk:
+        flags = _gin_flags(benchmark, disk.mount, args)
+        _run(_trainer(benchmark, 1, flags, work / "dataset_run", "write", 2), work / "dataset.log",
+             f"{benchmark}: writing the dataset on {disk.device} (outside the cgroup)")
+        runs = work / "runs"
+        _run(disk.wrap(_trainer(benchmark, ranks, flags, runs, f"n{ranks}", args.steps)), work / "measured.log",
+             f"{benchmark}: measured run, {ranks} rank(s), in the cgroup ({limit} MiB/s)")
+        run_dir = runs / benchmark / f"n{ranks}"
+        rows["measured"] = _measured(run_dir)
+        export(run_dir)
+        samples = None
+        for reader in args.readers:
+            result = work / f"replay_{reader}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "_replay", str(run_dir), "--reader", reader,
+                   "--work-dir", str(disk.mount / f"dlio-{reader}"), "--result", str(result)]
+            try:
+                _run(disk.wrap(cmd), work / f"replay_{reader}.log", f"{benchmark}: DLIO {reader} replay in the cgroup")
+            except RuntimeError as error:
+                print(f"[throttled] {error}", flush=True)
+                continue
+            if samples is None:  # generic: one read per sample DLIO trained on
+                r = json.loads(result.read_text())
+                batch = None
+                try:
+                    import yaml
+                    wl = next((run_dir / "dlio" / "dlio-2.0.0" / "workload").glob("*.yaml"))
+                    batch = yaml.safe_load(wl.read_text())["reader"]["batch_size"]
+                except (StopIteration, KeyError, OSError):
+                    pass
+                samples = r["replayed_steps"] * batch * ranks if batch else None
+            rows[reader] = _replayed(result, samples if reader == "generic" else None)
+    table = _table(benchmark, limit, rows)
+    print(table, flush=True)
+    return {"benchmark": benchmark, "ranks": ranks, "read_mib_per_s": limit, "run_dir": str(run_dir),
+            "rows": rows, "table": table}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", action="append", choices=sorted(SETTINGS), default=None,
+                        help="repeatable; default all three")
+    parser.add_argument("--read-mbps", type=float, default=None, help="default per benchmark (SETTINGS)")
+    parser.add_argument("--seconds-per-step", type=float, default=None)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--ranks", type=int, action="append", default=None, help="repeatable; default 1")
+    parser.add_argument("--readers", nargs="+", choices=("generic", "plugin"), default=["generic", "plugin"])
+    parser.add_argument("--size-mb", type=int, default=1536)
+    parser.add_argument("--gin_bindings", action="append", default=[])
+    parser.add_argument("--out", type=Path, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_replay"]:
+        return _replay_entry(argv[1:])
+    args = _parser().parse_args(argv)
+    reason = throttle_unavailable_reason()
+    if reason:
+        print(f"error: no throttled storage here: {reason}", file=sys.stderr)
+        return 2
+    out = (args.out or REPO / "runs" / "replay_throttled" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for benchmark in args.benchmark or list(SETTINGS):
+        _, _, _, _, step_s, batch, workers = SETTINGS[benchmark]
+        bench_args = argparse.Namespace(**{**vars(args), "seconds_per_step": args.seconds_per_step or step_s,
+                                           "batch": args.batch or batch, "workers": args.workers or workers})
+        for ranks in args.ranks or [1]:
+            try:
+                results.append(_one(benchmark, ranks, bench_args, out))
+            except Exception as error:  # one workload's failure must not lose the others' numbers
+                print(f"[throttled] {benchmark} with {ranks} rank(s) failed: {error}", flush=True)
+                results.append({"benchmark": benchmark, "ranks": ranks, "error": str(error)})
+            (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"[throttled] {out / 'results.json'}", flush=True)
+    for r in results:
+        if "table" in r:
+            print("\n" + r["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
