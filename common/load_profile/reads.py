@@ -119,6 +119,13 @@ _LAST_END: dict[str, int] = {}  # per process: where the last read of each file 
 _state = threading.local()
 
 
+def forget_access_history() -> None:
+    """Forget where this process's reads of each file ended: the next read of any file counts as its
+    first. A run's profile lives in processes of its own; a process that builds several profiles
+    (tests, benchmarks) starts each afresh with this."""
+    _LAST_END.clear()
+
+
 def _active() -> _Recorder | None:
     return getattr(_state, "recorder", None)
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from common.load_profile.merge import merge
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.load_profile.reads import note_reads, note_records, recording
+from common.load_profile.reads import forget_access_history, note_reads, note_records, recording
 
 BATCH, STEPS, RECORD = 4, 10, 3000
 DEVICE_READS, DEVICE_BYTES = 40, 1 << 20  # what the one device under the data served, host-wide
@@ -19,6 +19,7 @@ def device_part(host: str = "node0") -> dict:
 
 
 def rank_part(rank: int, world_size: int, *, compute_s: float = 0.05, wait_s: float = 0.01) -> dict:
+    forget_access_history()  # the same, whatever this process profiled before
     profiler = LoadProfiler(rank=rank, world_size=world_size, device="cpu",
                             setup=LoaderSetup(batch_size=BATCH, global_batch_size=BATCH * world_size, num_workers=2,
                                               prefetch_factor=2))

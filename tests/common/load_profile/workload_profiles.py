@@ -16,7 +16,7 @@ import numpy as np
 
 from common.load_profile.merge import merge
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.load_profile.reads import note_reads, note_records, recording
+from common.load_profile.reads import forget_access_history, note_reads, note_records, recording
 
 BATCH, STEPS = 8, 12
 COMPUTE_S, WAIT_S = 0.02, 0.002
@@ -79,6 +79,7 @@ def _rank_part(benchmark: str, rank: int, world_size: int, steps: int) -> dict:
     profiler = LoadProfiler(rank=rank, world_size=world_size, device="cpu",
                             setup=LoaderSetup(batch_size=BATCH, global_batch_size=BATCH * world_size, num_workers=1,
                                               prefetch_factor=2))
+    forget_access_history()  # each rank is a process of its own
     rng = np.random.default_rng(rank)
     make = SAMPLES[benchmark]
     for step in range(steps):
