@@ -14,9 +14,11 @@ Per benchmark (its read limit, step time, batch and workers from SETTINGS, or th
    snapshots the loop device's /proc/diskstats; a second snapshot is taken when replay() returns;
 5. a table per benchmark (measured / generic / plugin) and results.json under --out.
 
-Device MB/s: measured, block_device.read_bytes / totals.wall_s of the load profile (the training
-loop); DLIO, the diskstats delta / DLIO's training epoch time (summary.json per_epoch_stats) and
-also / the wall time from the hook to replay()'s return (DLIO's start-up included).
+Device MB/s: measured, block_device.loop_read_bytes / totals.wall_s of the load profile (what the
+device served until the last step ended, over the training loop's time; read_bytes also holds what
+the loader fetched ahead after it); DLIO, the diskstats delta from the hook to the end of DLIO's
+training epoch (a thread samples the counters every 20 ms; per_epoch_stats.json stamps the epoch)
+over the epoch's time, and all bytes to replay()'s return over the time from the hook.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ SETTINGS = {
 
 # ---------------------------------------------------------------------------- inside the cgroup: one replay
 
-def _dlio_waits(train_out: Path) -> list[float]:
-    """DLIO's per-step `load` times after the profiler's warm-up steps, all ranks (as dlio_data_wait)."""
+def _dlio_waits(train_out: Path, *, warmup: bool = False) -> list[float]:
+    """DLIO's per-step `load` times after the profiler's warm-up steps (with them: warmup=True), all
+    ranks one after the other (as dlio_data_wait)."""
     from common.load_profile.profiler import WARMUP_STEPS
 
+    skip = 0 if warmup else WARMUP_STEPS
     waits: list[float] = []
     for path in sorted(train_out.glob("*_output.json")):
         try:
@@ -64,7 +68,7 @@ def _dlio_waits(train_out: Path) -> list[float]:
         for epoch in rank.values():
             if isinstance(epoch, dict):
                 steps = [x for block in (epoch.get("load") or {}).values() if isinstance(block, list) for x in block]
-                waits.extend(float(x) for x in steps[WARMUP_STEPS:])
+                waits.extend(float(x) for x in steps[skip:])
     return waits
 
 
@@ -82,6 +86,52 @@ def _epoch_seconds(train_out: Path) -> float | None:
             except ValueError:
                 return None
     return total or None
+
+
+class _DiskstatsSampler:
+    """The data device's read counters every `period` s in a thread, stamped with time.time(): DLIO
+    stamps its epochs with the wall clock, so the reads within an epoch can be cut out afterwards."""
+
+    def __init__(self, device: str, period: float = 0.02) -> None:
+        import threading
+
+        from common.load_profile.block_device import diskstats
+
+        self._diskstats, self.device, self.period = diskstats, device, period
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now, counters = time.time(), self._diskstats(self.device)
+            if counters is not None:
+                self.samples.append((now, counters[0], counters[1]))
+            self._stop.wait(self.period)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def at(self, t: float) -> tuple[int, int] | None:
+        """(reads, read bytes) as of time t: the last sample taken at or before it."""
+        before = [s for s in self.samples if s[0] <= t]
+        return (before[-1][1], before[-1][2]) if before else None
+
+
+def _epoch_window(train_out: Path) -> tuple[float, float] | None:
+    """(start, end) of DLIO's first training epoch as time.time() values (per_epoch_stats.json)."""
+    from datetime import datetime
+
+    try:
+        epoch = next(iter(json.loads((train_out / "per_epoch_stats.json").read_text()).values()))
+        fmt = "%Y-%m-%dT%H:%M:%S.%f"  # DLIO's LOG_TS_FORMAT, local time
+        return datetime.strptime(epoch["start"], fmt).timestamp(), datetime.strptime(epoch["end"], fmt).timestamp()
+    except (OSError, ValueError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _replay_entry(argv: list[str]) -> int:
@@ -111,20 +161,34 @@ def _replay_entry(argv: list[str]) -> int:
                              "resident_after_bytes": eviction.resident_after_bytes}
         state["before"] = diskstats(device)
         state["t0"] = time.monotonic()
+        state["sampler"] = _DiskstatsSampler(device)
+        state["sampler"].start()
         print(f"[throttled] evicted {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB), resident after "
               f"{eviction.resident_after_bytes}; {device} at {state['before']}", flush=True)
 
     result = replay(args.run_dir, work_dir=args.work_dir, keep_data=True, before_train=before_train,
                     reader=args.reader)
     after, t1 = diskstats(device), time.monotonic()
+    sampler = state.get("sampler")
+    if sampler is not None:
+        sampler.stop()
     shutil.rmtree(args.work_dir / "data", ignore_errors=True)
     train_out = args.work_dir / "train"
     waits = _dlio_waits(train_out)
     before = state.get("before")
     reads, read_bytes = (after[0] - before[0], after[1] - before[1]) if before and after else (None, None)
+    # what the device served within DLIO's training epoch (as the measured side counts until its last step)
+    window = _epoch_window(train_out)
+    epoch_reads = epoch_bytes = None
+    if window is not None and sampler is not None and before is not None:
+        end = sampler.at(window[1])
+        if end is not None:
+            epoch_reads, epoch_bytes = end[0] - before[0], end[1] - before[1]
     out: dict[str, Any] = {
         "reader": args.reader, "device": device, "eviction": state.get("eviction"),
         "device_reads": reads, "device_read_bytes": read_bytes,
+        "epoch_device_reads": epoch_reads, "epoch_device_read_bytes": epoch_bytes,
+        "data_wait_series_s": _dlio_waits(train_out, warmup=True),
         "hook_to_return_s": t1 - state["t0"] if "t0" in state else None,
         "dlio_train_s": result.seconds.get("train"), "epoch_s": _epoch_seconds(train_out),
         "data_wait_s": {"mean": float(np.mean(waits)), "p50": float(np.percentile(waits, 50)),
@@ -182,11 +246,13 @@ def _measured(run_dir: Path) -> dict[str, Any]:
     totals, block, reads = profile["totals"], profile.get("block_device") or {}, profile.get("reads") or {}
     wall = totals.get("wall_s")
     read_bytes = block.get("read_bytes")
+    loop_bytes = block.get("loop_read_bytes", read_bytes)  # served until the last step ended
     return {
         "data_wait_s": totals.get("data_wait_s"), "au": totals.get("au"), "samples_per_s": totals.get("samples_per_s"),
         "mb_per_s": totals.get("mb_per_s"), "wall_s": wall, "steps": totals.get("steps"),
         "device_read_bytes": read_bytes, "device_reads": block.get("reads"),
-        "device_mb_per_s": read_bytes / wall / 1e6 if read_bytes is not None and wall else None,
+        "device_mb_per_s": loop_bytes / wall / 1e6 if loop_bytes is not None and wall else None,
+        "device_loop_read_bytes": loop_bytes,
         "reads": reads.get("count"), "mean_read_bytes": reads.get("mean_size"),
         "bytes_per_sample": totals.get("bytes_per_sample"),
     }
@@ -196,11 +262,15 @@ def _replayed(path: Path, samples: float | None) -> dict[str, Any]:
     r = json.loads(path.read_text())
     seconds = r["epoch_s"] or r["hook_to_return_s"]
     rb = r["device_read_bytes"]
+    # until the epoch ended, over the epoch (the measured side: until the last step, over the loop)
+    eb = r.get("epoch_device_read_bytes") if r["epoch_s"] else None
+    eb = rb if eb is None else eb
     row = {
         "data_wait_s": r["data_wait_s"], "au": r["replayed"]["au"], "samples_per_s": r["replayed"]["samples_per_s"],
         "mb_per_s": r["replayed"]["mb_per_s"], "wall_s": seconds, "device_read_bytes": rb,
         "device_reads": r["device_reads"],
-        "device_mb_per_s": rb / seconds / 1e6 if rb is not None and seconds else None,
+        "device_mb_per_s": eb / seconds / 1e6 if eb is not None and seconds else None,
+        "device_loop_read_bytes": eb,
         "device_mb_per_s_hook_to_return": rb / r["hook_to_return_s"] / 1e6 if rb is not None and r["hook_to_return_s"]
         else None,
         "bytes_per_sample": r["bytes_per_sample"], "raw": r,
@@ -233,7 +303,9 @@ def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str
         line(f"data wait {key} (ms)", lambda r, k=key: None if not r["data_wait_s"] else r["data_wait_s"][k] * 1e3,
              "{:.1f}")
     line("device MB/s", lambda r: r["device_mb_per_s"], "{:.3f}")
-    line("device read bytes (MB)", lambda r: None if r["device_read_bytes"] is None else r["device_read_bytes"] / 1e6,
+    line("device MB in the loop", lambda r: None if r["device_loop_read_bytes"] is None
+         else r["device_loop_read_bytes"] / 1e6, "{:.2f}")
+    line("device MB in all", lambda r: None if r["device_read_bytes"] is None else r["device_read_bytes"] / 1e6,
          "{:.2f}")
     line("device reads", lambda r: r["device_reads"], "{:d}")
     line("time (s)", lambda r: r["wall_s"], "{:.1f}")

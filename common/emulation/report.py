@@ -41,12 +41,15 @@ def storage_figures(profile: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
     process = (profile.get("storage_io") or {}).get("physical_bytes")
     device = profile.get("block_device") or {}
     device_bytes, device_reads = device.get("read_bytes"), device.get("reads")
+    # rates over the loop's wall time count what the device served until the last step ended
+    loop_bytes = device.get("loop_read_bytes", device_bytes)
+    loop_reads = device.get("loop_reads", device_reads)
     samples_read = reads["logical_bytes"] / totals["bytes_per_sample"] if totals.get("bytes_per_sample") else samples
     rates = {
         "mb_per_s": totals["mb_per_s"],
         "read_iops": _per_second(reads["count"], wall),
-        "device_mb_per_s": None if device_bytes is None else device_bytes / wall / 1e6 if wall > 0 else None,
-        "device_read_iops": _per_second(device_reads, wall),
+        "device_mb_per_s": None if loop_bytes is None else loop_bytes / wall / 1e6 if wall > 0 else None,
+        "device_read_iops": _per_second(loop_reads, wall),
     }
     per_sample = {
         "logical": totals.get("bytes_per_sample"),

@@ -15,14 +15,15 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 DISKSTATS = Path("/proc/diskstats")
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SECTOR_BYTES = 512  # diskstats counts 512 B sectors whatever the device's own sector size
 NOTE = ("bytes and read requests the block devices under the data directories served from the start of the "
-        "training loop to the end of the profile; host-wide counters: other processes on the host count too, "
-        "and so do evaluations in between")
+        "training loop to the end of the profile (loop_*: to the end of the last step; the rest is what the "
+        "loader fetched ahead); host-wide counters: other processes on the host count too, and so do "
+        "evaluations in between")
 
 
 def find_block_device(path: Path | str) -> tuple[str | None, str | None]:
@@ -72,15 +73,22 @@ class DeviceReads:
             else:
                 self.paths.setdefault(name, str(directory))  # two directories on one device count once
         self._start: dict[str, tuple[int, int] | None] | None = None
+        self._mark: dict[str, tuple[int, int] | None] | None = None
 
     def start(self) -> None:
         """Takes the first snapshot; later calls do nothing."""
         if self._start is None:
             self._start = {device: diskstats(device) for device in self.paths}
 
-    def _delta(self, device: str) -> tuple[int, int] | None:
+    def mark(self) -> None:
+        """Snapshots the end of a training step: the last mark ends the loop's span, so the bytes
+        the loader fetched ahead after the last step (counted in `reads`) are not divided by a
+        loop time they were not read in."""
+        if self._start is not None and self.paths:
+            self._mark = {device: diskstats(device) for device in self.paths}
+
+    def _delta(self, device: str, after: tuple[int, int] | None) -> tuple[int, int] | None:
         before = None if self._start is None else self._start.get(device)
-        after = diskstats(device)
         if before is None or after is None:
             return None
         reads, read_bytes = after[0] - before[0], after[1] - before[1]
@@ -88,13 +96,22 @@ class DeviceReads:
 
     def part(self) -> dict[str, Any]:
         """This rank's share of load_profile.json's block_device: per device, the reads since `start()`
-        (None where a snapshot failed or start() never ran)."""
+        and, as loop_*, those until the last `mark()` (None where a snapshot failed, start() never ran
+        or nothing was marked)."""
         devices = []
         for device, path in self.paths.items():
-            delta = self._delta(device)
+            delta = self._delta(device, diskstats(device))
+            loop = None if self._mark is None else self._delta(device, self._mark.get(device))
             devices.append({"device": device, "path": path, "reads": None if delta is None else delta[0],
-                            "read_bytes": None if delta is None else delta[1]})
+                            "read_bytes": None if delta is None else delta[1],
+                            "loop_reads": None if loop is None else loop[0],
+                            "loop_read_bytes": None if loop is None else loop[1]})
         return {"host": platform.node(), "devices": devices, "unavailable": list(self.unavailable)}
+
+
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
 
 
 def merged(parts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
@@ -117,5 +134,8 @@ def merged(parts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
         "devices": list(devices.values()),
         "read_bytes": sum(d["read_bytes"] for d in counted) if counted else None,
         "reads": sum(d["reads"] for d in counted) if counted else None,
+        # until the last step ended (what a rate over the loop's wall time divides)
+        "loop_read_bytes": _sum_or_none(d.get("loop_read_bytes") for d in counted) if counted else None,
+        "loop_reads": _sum_or_none(d.get("loop_reads") for d in counted) if counted else None,
         "unavailable": "; ".join(reasons) or None,
     }

@@ -370,7 +370,9 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
     files, per_file = _dlio_files(fmt=fmt, steps=steps, batch=batch, world=world, stored_per_file=stored_per_file)
     record_length = _dlio_record_length(records["mean"], fmt)
     compute, compute_stdev = _step_compute(profile)
-    build = t["batch_build_s"]
+    # the replay reads for itself: its preprocess sleep is the build time the loader was not
+    # waiting for storage (profiles from before batch_busy_s: the whole build)
+    build = t.get("batch_busy_s") or t["batch_build_s"]
     workers = profile["reader_workers"]
     per_rank_rate = t["samples_per_s"] / world
     threads = max(workers, math.ceil(1.25 * per_rank_rate * DLIO_READER_S_PER_SAMPLE), 1 if workers else 0)
@@ -427,8 +429,10 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         f"{spread:.2f} so the emulated loader keeps the measured capacity.",
         "computation_time: the measured step time without its data wait (compute plus the loop's per-step work), "
         "mean over steady steps and ranks.",
-        f"preprocess_time: a loader worker's batch build time per sample (mean {build.get('mean', 0.0) * 1e3:.3f} ms "
-        f"per batch of {batch}), times {spread:.2f}.",
+        f"preprocess_time: a loader worker's batch build time per sample, without the time it slept waiting "
+        f"for storage (mean {build.get('mean', 0.0) * 1e3:.3f} ms per batch of {batch}"
+        + ("" if t.get("batch_busy_s") else "; the whole build, this profile has no batch_busy_s")
+        + f"), times {spread:.2f}.",
         f"Replay: python -m common.load_profile replay {profile['run_dir']}",
     ]
     name = f"{model}_replay"

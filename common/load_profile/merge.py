@@ -106,6 +106,9 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
     for r in reads:
         files.update(r["file_ids"])
     build = np.concatenate([np.asarray(r["build_s"], dtype=np.float64) for r in reads])
+    busy_parts = [r.get("busy_s") for r in reads]
+    busy = None if any(b is None for b in busy_parts) else \
+        np.concatenate([np.asarray(b, dtype=np.float64) for b in busy_parts])
     records = Distribution.merged(r["records"] for r in reads)
     records.pop("sample", None)
     read_hist = np.sum([np.asarray(r["read_size_log2_histogram"], dtype=np.int64) for r in reads], axis=0)
@@ -145,6 +148,9 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             "compute_s": summarize(compute_all),
             "data_wait_s": summarize(wait_all),
             "batch_build_s": summarize(build),
+            # of each build, the time its thread ran or waited for a CPU: the rest it slept, mostly
+            # waiting for storage (a replay that reads must not sleep that time again)
+            "batch_busy_s": None if busy is None else summarize(busy),
         },
         "ranks": ranks,
         "records": records,

@@ -4,7 +4,8 @@
 records.count), their sizes as power-of-two buckets (reads.size_log2_histogram) with their mean
 (reads.mean_size), the share that continued the previous read of the same file
 (reads.sequential_fraction), the files opened and the bytes they served (reads.files_opened,
-reads.unique_bytes) and what the files are (dataset.format). `ReadPlan` turns those into, for
+reads.unique_bytes), what the files are (dataset.format) and how the loader read them
+(dataset.access, ACCESS_METHODS). `ReadPlan` turns those into, for
 every global sample index, a list of (file, offset, size): a pure function of (seed, sample), so
 every loader worker, rank and rerun reads the same bytes for the same sample.
 
@@ -23,9 +24,16 @@ read is the recorded mean: each read stays in its recorded bucket and the bytes 
 What the profile does not record, and the plan therefore does not reproduce: which sizes go
 together in one sample (a FLUX sample reads one 256 B vector and three 8 KB arrays; the plan draws
 each read's bucket on its own, so the shares hold over the run, not within each sample), where in
-a file the reads fall (offsets are uniform over the file; the trainer's re-reads of the same bytes,
-reads.unique_bytes < logical_bytes, are not repeated on purpose), and in which file each size
-lands (columns: any file).
+a file the reads fall (offsets are uniform over the file, or, for shards the trainer read in file
+order, at the sample's position in one region per read: ReadPlan._columnar_offsets; the trainer's
+re-reads of the same bytes, reads.unique_bytes < logical_bytes, are not repeated on purpose), and
+in which file each size lands (columns: any file).
+
+How the kernel serves the reads depends on more than their sizes: memory-mapped files are read
+through page faults with readahead around them, and faults that walk a column forward are followed
+by asynchronous readahead. The plan keeps both: the trainer's access method (dataset.access) and,
+for shards read a file at a time (read_in_file_order), samples in file order with their cells at
+their column positions.
 
 `SampleReader` performs a plan's reads on the data files (`write_data` makes them) and counts what
 it read in `ReadCounts`, judged the way common.load_profile.reads judges a trainer's reads; the
@@ -40,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import mmap
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -50,8 +59,16 @@ from common.load_profile.reads import SIZE_BUCKETS, size_histogram
 
 PLAN_FILE = "read_plan.json"  # beside the data's train/ and valid/: DLIO lists only those two
 PLAN_FORMAT = "mlperf-load-read-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: access
 LAYOUTS = ("whole_file", "shards", "columns")
+# How the trainer's loader reads its files (dataset.access in the profile). The kernel serves a
+# small read of a memory-mapped file by faulting in a readahead window around it (a whole shard
+# in a few faults, where pread of the same bytes fetches a page or two): the plugin reads the
+# way the trainer did, or the storage sees another load.
+#   read         open + pread/read (JPEG loaders, np.fromfile)
+#   mmap         the file memory-mapped, bytes copied out of the mapping, kernel readahead on
+#   mmap_random  the same with madvise(MADV_RANDOM): only the pages touched are read
+ACCESS_METHODS = ("read", "mmap", "mmap_random")
 # DLIO 2.0.0 lists the files whose names end with dataset.format; with a reader plugin it reads
 # nothing else of the format. indexed_binary names raw byte files, which these are.
 DLIO_FORMAT = "indexed_binary"
@@ -107,6 +124,18 @@ def layout_of(profile: dict[str, Any]) -> str:
     return "shards"
 
 
+def access_of(profile: dict[str, Any]) -> str:
+    """How the trainer read its files: dataset.access where the profile records it, else what its
+    format's loader does (profiles written before access was recorded)."""
+    dataset = profile.get("dataset") or {}
+    access = dataset.get("access")
+    if access is None:
+        access = "mmap" if dataset.get("format") in ("arrow", "npy-columns") else "read"
+    if access not in ACCESS_METHODS:
+        raise PlanError(f"dataset.access {access!r} is not one of {', '.join(ACCESS_METHODS)}")
+    return access
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
     layout: str
@@ -121,10 +150,14 @@ class ReadPlan:
     samples_per_file: int
     file_bytes: int  # shards/columns: the size of every file; whole_file: 0 (each file its own)
     profile: dict[str, Any]  # what was recorded, for the comparison (profile_reads)
+    access: str = "read"  # ACCESS_METHODS; whole_file is always read
+    in_file_order: bool = False  # samples taken file after file, in order, cells at their column positions
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise PlanError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if self.access not in ACCESS_METHODS:
+            raise PlanError(f"access {self.access!r} is not one of {', '.join(ACCESS_METHODS)}")
         object.__setattr__(self, "_buckets", np.asarray(self.buckets, dtype=np.int64))
         object.__setattr__(self, "_cumulative", np.cumsum(np.asarray(self.weights, dtype=np.float64)))
         means = _bucket_means(self._buckets, self.scale)
@@ -186,7 +219,10 @@ class ReadPlan:
         sizes = self._sizes(self.first_read(sample), n)
         files = (rng.integers(0, self.files, n) if self.layout == "columns"
                  else np.full(n, home, dtype=np.int64))
-        offsets = rng.integers(0, self.file_bytes - sizes + 1)
+        if self.in_file_order:
+            offsets = self._columnar_offsets(sample, sizes)
+        else:
+            offsets = rng.integers(0, self.file_bytes - sizes + 1)
         if self.continue_p > 0 and n > 1:
             follow = rng.random(n) < self.continue_p
             for j in np.flatnonzero(follow[1:]) + 1:
@@ -194,6 +230,19 @@ class ReadPlan:
                 if end + sizes[j] <= self.file_bytes:  # a continuation past the end is a random read
                     files[j], offsets[j] = files[j - 1], end
         return files.astype(np.int64), offsets.astype(np.int64), sizes.astype(np.int64)
+
+    def _columnar_offsets(self, sample: int, sizes: np.ndarray) -> np.ndarray:
+        """A file read in sample order holds its samples column by column (an Arrow shard: every
+        row's t5 cell, then every row's clip cell, ...): the file is cut into one region per read of
+        a sample, and the i-th read of the j-th sample of the file lands j strides into region i.
+        Successive samples then walk each region forward, as the trainer's faults walk each column
+        (which the kernel's readahead follows); a sample's own reads are far apart (random)."""
+        regions = max(1, round(self.reads_per_sample))
+        region = self.file_bytes // regions
+        stride = region // max(1, self.samples_per_file)
+        position = sample % self.samples_per_file
+        offsets = (np.arange(sizes.size) % regions) * region + position * stride
+        return np.minimum(offsets, self.file_bytes - sizes)
 
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
@@ -247,12 +296,29 @@ def profile_reads(profile: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def read_in_file_order(profile: dict[str, Any]) -> bool:
+    """Whether the trainer took its samples a file at a time: it opened far fewer files than samples
+    drawn uniformly from the dataset's files would have touched (FLUX streams one Arrow shard after
+    another; a replay that shuffled over all the files would fault every shard in at the start)."""
+    if layout_of(profile) != "shards":
+        return False
+    opened = int(profile["reads"]["files_opened"])
+    files = int((profile.get("dataset") or {}).get("files") or 0)
+    samples = int(profile["records"]["count"])
+    if files <= 1 or samples <= 1:
+        return False
+    expected = files * (1.0 - (1.0 - 1.0 / files) ** samples)  # distinct files among `samples` uniform draws
+    return opened < 0.5 * expected
+
+
 def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
                       seed: int = DEFAULT_SEED) -> ReadPlan:
     """The plan for a replay of `samples` samples (steps x batch x ranks) on `world_size` ranks.
 
     Files: whole_file has one file per `samples_per_file_opened` samples (a file read twice as
-    often as it was); shards and columns keep the count of files the run opened, each of the
+    often as it was); shards read in file order (read_in_file_order) have the dataset's samples per
+    file, enough files for the run and its loader's look-ahead; other shards and columns keep the
+    count of files the run opened, each of the
     dataset's mean file size (dataset.bytes / dataset.files; at least the distinct bytes read per
     file opened), so the reads scatter over as much of the storage as the trainer's did: what
     readahead and the page cache make of small random reads depends on it (a DLRM run asking
@@ -274,17 +340,27 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
     sequential = recorded["sequential_fraction"] or 0.0
     # only a sample's second and later reads can continue its previous one: (r - 1) of every r reads
     continue_p = min(1.0, sequential * per_sample / (per_sample - 1)) if per_sample > 1 else 0.0
+    in_order = False
     if layout == "whole_file":
         per_file = max(1, round(recorded["samples_per_file_opened"] or 1))
         files = max(1, math.ceil(samples / per_file))
         file_bytes = 0
     else:
         opened = max(1, recorded["files_opened"])
-        files = opened
-        per_file = max(1, math.ceil(samples / files))
+        dataset = profile.get("dataset") or {}
+        in_order = read_in_file_order(profile)
+        if in_order:
+            # the dataset's samples per file, so a new file is reached as often as the trainer reached
+            # one, and files for the samples a loader fetches ahead of the last step (twice its batches
+            # in flight: DLIO's look-ahead, like the trainer's, reads into the next file near the end)
+            per_file = max(1, round(dataset["samples"] / dataset["files"]))
+            ahead = 2 * int(profile.get("batches_in_flight") or 0) * int(profile.get("batch_size") or 0) * world_size
+            files = max(1, math.ceil((samples + ahead) / per_file))
+        else:
+            files = opened
+            per_file = max(1, math.ceil(samples / files))
         largest = int(2 ** (int(buckets.max()) + 1))
         distinct = int(reads.get("unique_bytes") or reads["logical_bytes"]) / opened
-        dataset = profile.get("dataset") or {}
         stored = dataset["bytes"] / dataset["files"] if dataset.get("bytes") and dataset.get("files") else 0
         file_bytes = math.ceil(max(stored, distinct, largest) / FILE_ALIGN) * FILE_ALIGN
     while files <= world_size or (files * per_file) % world_size:
@@ -295,7 +371,8 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         buckets=tuple(int(b) for b in buckets), weights=tuple(float(w) for w in weights), scale=scale,
         spread=layout == "whole_file" and float(records.get("stdev") or 0.0) > 0,
         continue_p=continue_p, files=files, samples_per_file=per_file, file_bytes=file_bytes,
-        profile={k: v for k, v in recorded.items()})
+        profile={k: v for k, v in recorded.items()}, access="read" if layout == "whole_file" else access_of(profile),
+        in_file_order=layout != "whole_file" and in_order)
 
 
 # ---------------------------------------------------------------------------- data
@@ -412,7 +489,9 @@ class SampleReader:
     """Performs a plan's reads on its data files and counts them.
 
     shards/columns keep every file open once touched, as the trainers keep their shards and
-    columns mapped; whole_file opens, reads and closes a file per sample, as a JPEG loader does.
+    columns mapped, and read it as the plan's access says (pread, or copies out of a mapping that
+    has the kernel's readahead or MADV_RANDOM); whole_file opens, reads and closes a file per
+    sample, as a JPEG loader does.
     Reads are judged as common.load_profile.reads judges the trainer's: per process and file, a
     process's first read of a file apart, then sequential when it starts where the previous ended."""
 
@@ -425,6 +504,7 @@ class SampleReader:
         self.index = {p: i for i, p in enumerate(self.paths)}
         self.counts = counts if counts is not None else ReadCounts(plan.files)
         self._fds: dict[int, int] = {}
+        self._maps: dict[int, mmap.mmap] = {}
         self._last_end: dict[int, int] = {}
         self._buffer = bytearray(1 << 16)
 
@@ -441,6 +521,21 @@ class SampleReader:
         if fd is None:
             fd = self._fds[index] = os.open(self.paths[index], os.O_RDONLY)
         return fd
+
+    def _mapping(self, index: int) -> mmap.mmap:
+        mapping = self._maps.get(index)
+        if mapping is None:
+            mapping = mmap.mmap(self._fd(index), 0, access=mmap.ACCESS_READ)
+            if self.plan.access == "mmap_random" and hasattr(mapping, "madvise"):
+                mapping.madvise(mmap.MADV_RANDOM)
+            self._maps[index] = mapping
+        return mapping
+
+    def _read_range(self, index: int, offset: int, size: int) -> int:
+        if self.plan.access == "read":
+            return os.preadv(self._fd(index), [self._view(size)], offset)
+        chunk = self._mapping(index)[offset:offset + size]  # the copy faults the pages in
+        return len(chunk)
 
     def _whole_file(self, index: int) -> tuple[int, int]:
         # open + fstat + read to the end, the calls a loader makes to read a JPEG
@@ -467,7 +562,7 @@ class SampleReader:
         for j in range(files.size):
             f, off, size = int(files[j]), int(offsets[j]), int(sizes[j])
             if self.plan.layout != "whole_file":
-                returned += os.preadv(self._fd(f), [self._view(size)], off)
+                returned += self._read_range(f, off, size)
             last = self._last_end.get(f)
             if last is None:
                 first += 1
@@ -481,6 +576,9 @@ class SampleReader:
         return returned
 
     def close(self) -> None:
+        for mapping in self._maps.values():
+            mapping.close()
+        self._maps.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

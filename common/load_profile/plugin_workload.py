@@ -82,6 +82,8 @@ def plugin_workload(profile: dict[str, Any], *, seed: int = DEFAULT_SEED) -> tup
         "record_length_stdev": 0,
     })
     body["reader"]["reader_classname"] = READER_CLASS
+    if plan.in_file_order:  # DLIO's sampler then hands out samples 0, 1, 2, ...: file after file, per rank
+        body["reader"]["sample_shuffle"] = "off"
     body["train"]["seed"] = int(seed)
     hist = np.asarray(recorded["size_log2_histogram"])
     sizes = ", ".join(f"2^{k}: {hist[k] / hist.sum():.1%}" for k in np.flatnonzero(hist))
@@ -96,7 +98,10 @@ def plugin_workload(profile: dict[str, Any], *, seed: int = DEFAULT_SEED) -> tup
         f"Plan ({PLAN_FILE}, seed {seed}): layout {plan.layout}, {plan.files} files x {plan.samples_per_file} "
         f"sample(s)" + (f" of {plan.file_bytes:,} B each" if plan.file_bytes else " of their own sizes")
         + f"; a read in bucket k is {plan.scale:.4f} x 2^k B"
-        + (" on average, spread over its bucket" if plan.spread else "") + ".",
+        + (" on average, spread over its bucket" if plan.spread else "")
+        + f"; read by {plan.access}" + ("; samples in file order (sample_shuffle off), as the trainer read "
+                                        f"{recorded['files_opened']} of {profile['dataset'].get('files')} files"
+                                        if plan.in_file_order else "") + ".",
         f"format {DLIO_FORMAT}: only the suffix DLIO lists the files by; the plugin reads them, and "
         f"record_length {dataset['record_length']} is the bytes a sample reads (DLIO's nominal MB/s).",
         "Everything else is export's dlio-2.0.0 workload: " + ", ".join(f"{k} {body['reader'][k]}" for k in

@@ -64,6 +64,7 @@ class LoadProfiler:
         self.read_count = self.read_bytes = self.sequential = self.random = self.first_touch = 0
         self.batches = self.delivered_samples = 0
         self.build_s = array.array("d")
+        self.busy_s: array.array | None = array.array("d")  # None once a batch could not measure it
         self.files: set[int] = set()
         self.ranges = ByteRanges()
         self.worker_io: dict[int, tuple[int, int] | None] = {}
@@ -82,6 +83,10 @@ class LoadProfiler:
         self.random += reads.random
         self.first_touch += reads.first_touch
         self.build_s.append(reads.build_s)
+        if reads.busy_s is None:
+            self.busy_s = None
+        elif self.busy_s is not None:
+            self.busy_s.append(reads.busy_s)
         self.files.update(_file_id(p) for p in reads.new_files)
         self.ranges.update(reads.ranges)
         self.worker_io[reads.pid] = reads.io
@@ -145,6 +150,7 @@ class LoadProfiler:
                 "random": self.random,
                 "first_touch": self.first_touch,
                 "build_s": list(self.build_s),
+                "busy_s": None if self.busy_s is None else list(self.busy_s),
                 "file_ids": sorted(self.files),
                 "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered
             },

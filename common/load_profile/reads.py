@@ -52,6 +52,18 @@ def process_io() -> tuple[int, int] | None:
         return None
 
 
+def thread_busy_ns() -> int | None:
+    """Nanoseconds this thread has run or waited for a CPU (/proc/thread-self/schedstat: on-CPU
+    plus run-queue time). Wall time beyond it is time the thread slept: for a loader building a
+    batch, mostly waiting for storage (a read, a page fault on a mapping). None where unreadable."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as handle:
+            on_cpu, run_queue = handle.read().split()[:2]
+        return int(on_cpu) + int(run_queue)
+    except (OSError, ValueError):
+        return None
+
+
 def process_writes() -> int | None:
     """wchar of this process (bytes its write calls accepted), or None where unreadable."""
     try:
@@ -78,6 +90,7 @@ class BatchReads:
     new_files: list[str]
     ranges: ByteRanges  # the byte ranges read, merged per file within this batch
     build_s: float
+    busy_s: float | None  # of build_s, the time the thread ran or was runnable (None: not measurable)
     pid: int
     io: tuple[int, int] | None  # process_io() right after the batch was built
 
@@ -171,16 +184,19 @@ def recording() -> Iterator[list[BatchReads]]:
     recorder, outer = _Recorder(), _active()
     _state.recorder = recorder
     out: list[BatchReads] = []
+    busy0 = thread_busy_ns()
     t0 = time.perf_counter()
     try:
         yield out
     finally:
         _state.recorder = outer
+    build_s = time.perf_counter() - t0
+    busy1 = thread_busy_ns()
     records = np.concatenate(recorder.records) if recorder.records else np.zeros(0, dtype=np.int64)
     out.append(BatchReads(
         records=records, read_count=recorder.read_count, read_bytes=recorder.read_bytes,
         read_sizes=recorder.read_sizes, sequential=recorder.sequential, random=recorder.random,
         first_touch=recorder.first_touch, new_files=recorder.new_files, ranges=recorder.ranges.compact(),
-        build_s=time.perf_counter() - t0,
+        build_s=build_s, busy_s=None if busy0 is None or busy1 is None else min((busy1 - busy0) / 1e9, build_s),
         pid=os.getpid(), io=process_io(),
     ))

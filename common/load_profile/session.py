@@ -52,6 +52,7 @@ class ProfileSession(LoopObserver):
         self.devices.start()  # in case the loop was not announced: the first step is the start (idempotent)
 
     def step_ends(self, step: StepEnd) -> None:
+        self.devices.mark()
         self.profiler.step(begin=step.began_at, data_wait_s=step.data_wait_s, compute_s=step.compute_s,
                            samples=step.samples)
 

@@ -393,6 +393,7 @@ class FluxArrowDataset:
             columns.append({"name": TIMESTEP_COLUMN, "dtype": "int64", "shape": [], "elements": 1, "bytes": 8})
         return {
             "format": "arrow",
+            "access": "mmap" if self.readahead else "mmap_random",
             "root": str(self.split_dir),
             "files": len(paths),
             "bytes": int(sum(p.stat().st_size for p in paths)),

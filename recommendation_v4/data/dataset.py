@@ -273,6 +273,7 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
                         "per": "history_event"})
         return {
             "format": "npy-columns",
+            "access": "mmap",  # np.load(mmap_mode="r"), the kernel's readahead left on
             "root": str(data.directory),
             "files": len(files),
             "bytes": int(sum(p.stat().st_size for p in files)),

@@ -120,6 +120,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         mean = float(np.mean(sizes)) if sizes else 0.0
         return {
             "format": "jpeg",
+            "access": "read",  # np.fromfile: open, read to the end, close
             "root": str(self.images_dir),
             "files": len(self.records),
             "bytes": int(round(mean * len(self.records))),

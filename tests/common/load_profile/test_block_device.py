@@ -63,6 +63,34 @@ def test_directories_on_one_device_count_once_and_missing_ones_give_reasons(tmp_
     assert DeviceReads([]).part()["unavailable"] == ["no data directory given"]
 
 
+def test_the_loop_span_ends_at_the_last_marked_step(tmp_path, monkeypatch):
+    stats = tmp_path / "diskstats"
+
+    def counters(reads: int, sectors: int) -> None:
+        stats.write_text(f" 259       1 nvme0n1p1 {reads} 0 {sectors} 0 0 0 0 0 0 0 0 0 0 0 0\n")
+
+    monkeypatch.setattr(block_device, "DISKSTATS", stats)
+    reads = DeviceReads([])
+    reads.paths = {"nvme0n1p1": str(tmp_path)}
+    counters(100, 1000)
+    reads.mark()  # before start(): nothing to mark from
+    reads.start()
+    counters(110, 1800)
+    reads.mark()
+    counters(130, 3000)
+    reads.mark()  # the last step's end
+    counters(150, 5000)  # the loader's look-ahead after the last step
+    (device,) = reads.part()["devices"]
+    assert (device["reads"], device["read_bytes"]) == (50, 4000 * 512)
+    assert (device["loop_reads"], device["loop_read_bytes"]) == (30, 2000 * 512)
+    merged = block_device.merged([reads.part()])
+    assert merged["loop_read_bytes"] == 2000 * 512 and merged["read_bytes"] == 4000 * 512
+    unmarked = DeviceReads([])
+    unmarked.paths = {"nvme0n1p1": str(tmp_path)}
+    unmarked.start()
+    assert block_device.merged([unmarked.part()])["loop_read_bytes"] is None  # no step ended: no loop span
+
+
 def _sh(*command: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 

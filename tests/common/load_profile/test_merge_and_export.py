@@ -89,6 +89,28 @@ def test_export_writes_both_schemas(tmp_path):
     assert replay["reader"]["batch_size"] == BATCH and replay["reader"]["read_threads"] == 2
 
 
+def test_the_replay_sleeps_the_build_time_the_loader_was_not_waiting_for_storage(tmp_path):
+    profile = known_profile(world_size=1)
+    t = profile["totals"]
+    assert t["batch_busy_s"]["count"] == t["batch_build_s"]["count"]  # measured with every build
+    assert t["batch_busy_s"]["mean"] <= t["batch_build_s"]["mean"]
+    # a loader that spent 0.8 s of each 1.0 s build waiting for reads: the replay reads for itself
+    t["batch_build_s"] = {**t["batch_build_s"], "mean": 1.0, "stdev": 0.0}
+    t["batch_busy_s"] = {**t["batch_busy_s"], "mean": 0.2, "stdev": 0.0}
+    run = _run_dir(tmp_path, profile)
+    export(run)
+    replay = yaml.safe_load((run / "dlio/dlio-2.0.0/workload/retinanet_replay.yaml").read_text())
+    assert replay["reader"]["preprocess_time"] == pytest.approx(0.2 / BATCH)
+    # a profile from before busy time was measured: the whole build, said so
+    del profile["totals"]["batch_busy_s"]
+    (tmp_path / "old").mkdir()
+    run = _run_dir(tmp_path / "old", profile)
+    export(run)
+    text = (run / "dlio/dlio-2.0.0/workload/retinanet_replay.yaml").read_text()
+    assert yaml.safe_load(text)["reader"]["preprocess_time"] == pytest.approx(1.0 / BATCH)
+    assert "no batch_busy_s" in text
+
+
 def test_an_accelerator_export_is_the_file_mlpstorage_picks_with_that_accelerators_step(tmp_path):
     run = _run_dir(tmp_path, known_profile(world_size=1))
     names = sorted(p.name for p in export(run, accelerator="B200", dataset_scale=None))

@@ -10,7 +10,9 @@ import signal
 import numpy as np
 import pytest
 
-from common.load_profile.plugin_plan import (PLAN_FILE, PlanError, ReadCounts, ReadPlan, SampleReader,
+from common.emulation.page_cache import evict, resident_bytes
+from common.load_profile.plugin_plan import (PLAN_FILE, PlanError, ReadCounts, ReadPlan, SampleReader, access_of,
+                                             read_in_file_order,
                                              collect_counts, data_file_names, histogram_match, layout_of,
                                              plan_from_profile, profile_reads, solve_scale, write_data)
 from common.load_profile.reads import size_histogram
@@ -165,6 +167,69 @@ def test_counts_survive_a_killed_reader(profiles, tmp_path):
     assert counted["size_log2_histogram"] == expected.tolist()
     with pytest.raises(PlanError, match="no read counts"):
         collect_counts(tmp_path / "nothing")
+
+
+def test_the_plan_reads_the_way_the_trainer_read(profiles):
+    assert {b: plan_from_profile(profiles[b], samples=STEPS * BATCH, world_size=1).access for b in BENCHMARKS} == \
+        {"retinanet": "read", "flux": "mmap", "recommendation_v4": "mmap"}
+    assert {b: access_of(profiles[b]) for b in BENCHMARKS} == \
+        {"retinanet": "read", "flux": "mmap", "recommendation_v4": "mmap"}
+    flux = profiles["flux"]
+    no_readahead = {**flux, "dataset": {**flux["dataset"], "access": "mmap_random"}}
+    assert plan_from_profile(no_readahead, samples=8, world_size=1).access == "mmap_random"
+    older = {**flux, "dataset": {k: v for k, v in flux["dataset"].items() if k != "access"}}
+    assert access_of(older) == "mmap"  # a profile from before access was recorded: the format's loader
+    with pytest.raises(PlanError, match="dataset.access 'fread'"):
+        plan_from_profile({**flux, "dataset": {**flux["dataset"], "access": "fread"}}, samples=8, world_size=1)
+
+
+def test_shards_read_a_file_at_a_time_are_replayed_file_after_file(profiles):
+    flux = profiles["flux"]
+    assert flux["reads"]["files_opened"] < flux["dataset"]["files"]  # the trainer streamed its shards
+    assert read_in_file_order(flux)
+    plan = plan_from_profile(flux, samples=STEPS * BATCH, world_size=1)
+    # a new file as often as the trainer reached one, and files for what its loader fetched ahead
+    assert plan.in_file_order and plan.samples_per_file == round(flux["dataset"]["samples"] / flux["dataset"]["files"])
+    ahead = 2 * flux["batches_in_flight"] * flux["batch_size"]
+    assert plan.files == -(-(STEPS * BATCH + ahead) // plan.samples_per_file)
+    # successive samples of a file walk each column region forward; one sample's reads are far apart
+    size = plan.file_bytes // 4
+    first, second = (plan.sample_reads(g, 0) for g in (0, 1))
+    assert np.array_equal(first[0], [0] * first[0].size)
+    assert np.all(second[1] - first[1] == size // plan.samples_per_file)
+    assert np.all(np.diff(first[1]) >= size - 2 * first[2].max())
+    last = plan.sample_reads(plan.samples_per_file - 1, 0)
+    assert np.all(last[1] + last[2] <= plan.file_bytes)
+    # a loader that shuffled over every shard opens (nearly) all of them: shuffled in the replay too
+    shuffled = {**flux, "reads": {**flux["reads"], "files_opened": flux["dataset"]["files"]}}
+    assert not read_in_file_order(shuffled)
+    assert not read_in_file_order(profiles["recommendation_v4"]) and not read_in_file_order(profiles["retinanet"])
+
+
+def _pages_after_one_small_read(path, access: str) -> int:
+    plan = ReadPlan(layout="shards", seed=1, reads_per_sample=1.0, buckets=(6,), weights=(1.0,), scale=1.5,
+                    spread=False, continue_p=0.0, files=1, samples_per_file=1, file_bytes=path.stat().st_size,
+                    profile={}, access=access)
+    evict([path], flush=True)
+    if resident_bytes(path):
+        pytest.skip("this filesystem keeps files cached after POSIX_FADV_DONTNEED")
+    reader = SampleReader(plan, [path])
+    assert reader._read_range(0, 3 << 20, 100) == 100
+    reader.close()
+    return resident_bytes(path) // 4096
+
+
+def test_a_memory_mapped_read_brings_in_what_the_kernel_reads_around_it(tmp_path):
+    # one fresh file per method: an earlier mapping's readahead may still land after the eviction
+    pages = {}
+    for access in ("read", "mmap_random", "mmap"):
+        path = tmp_path / f"{access}.bin"
+        path.write_bytes(np.random.default_rng(0).bytes(8 << 20))
+        pages[access] = _pages_after_one_small_read(path, access)
+    assert pages["read"] <= 2 and pages["mmap_random"] <= 2, pages  # the page of the 100 bytes (and a neighbour)
+    # with the mapping's readahead the fault reads a window around the page, as the trainers' mappings do
+    # (read_ahead_kb of the device, 128 KB by default); none where the device has readahead off
+    assert pages["mmap"] > 2 or pages["mmap"] == pages["mmap_random"], pages
 
 
 def test_histogram_match():

@@ -34,6 +34,10 @@ def test_the_plugin_workload_is_the_generic_one_reading_through_the_plugin(bench
     name, text, plan = plugin_workload(profile, seed=9)
     body, generic = yaml.safe_load(text), yaml.safe_load(dlio_2_workload(profile)[1])
     assert body["reader"].pop("reader_classname") == READER_CLASS
+    # a trainer that streamed its shards is replayed file after file (DLIO's sampler unshuffled)
+    assert body["reader"].pop("sample_shuffle") == ("off" if plan.in_file_order else "seed")
+    assert plan.in_file_order == (benchmark == "flux")
+    generic["reader"].pop("sample_shuffle")
     assert body["reader"] == generic["reader"] and body["train"] == dict(generic["train"], seed=9)
     dataset = body["dataset"]
     assert dataset["format"] == "indexed_binary"
@@ -41,7 +45,8 @@ def test_the_plugin_workload_is_the_generic_one_reading_through_the_plugin(bench
     assert dataset["record_length"] == round(plan.profile["bytes_per_sample"])
     assert "file_prefix" not in dataset and name == body["model"]
     check_workload(tmp_path / "w.yaml", body, world_size=2)  # nothing DLIO 2.0.0 trips on
-    assert plan.seed == 9 and f"layout {plan.layout}" in text
+    assert plan.seed == 9 and f"layout {plan.layout}" in text and f"read by {plan.access}" in text
+    assert "sample_shuffle: 'off'" in text or not plan.in_file_order  # quoted: a bare off is YAML's false
 
 
 def test_write_plugin_workload_writes_yaml_and_plan(tmp_path):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
+import pytest
 
 from common.load_profile.reads import (
     SIZE_BUCKETS,
@@ -14,6 +16,7 @@ from common.load_profile.reads import (
     note_records,
     recording,
     size_histogram,
+    thread_busy_ns,
 )
 
 
@@ -85,3 +88,17 @@ def test_a_batch_ships_its_ranges_merged_per_file(tmp_path):
     ranges = out[0].ranges.per_file()
     assert {path: pairs.tolist() for path, pairs in ranges.items()} == {a: [[0, 200], [300, 305]], b: [[50, 60]]}
     assert out[0].ranges.unique_bytes() == 215 and out[0].read_bytes == 225  # 10 B were read twice
+
+
+def test_a_batch_build_tells_the_time_it_slept_from_the_time_it_worked():
+    if thread_busy_ns() is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    with recording() as out:
+        time.sleep(0.3)  # as a loader blocked on storage
+        spin_until = time.perf_counter() + 0.15
+        while time.perf_counter() < spin_until:  # as a loader decoding
+            pass
+    batch = out[0]
+    assert batch.build_s == pytest.approx(0.45, abs=0.1)
+    # the spin counts (run or waiting for a CPU), the sleep does not
+    assert 0.15 <= batch.busy_s + 0.01 and batch.busy_s <= 0.3, (batch.build_s, batch.busy_s)
