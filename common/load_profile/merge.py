@@ -103,8 +103,11 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
     bytes_per_sample = logical / samples_read if samples_read else 0.0
     samples_per_s = sum(r["samples_per_s"] for r in ranks)
     files = set()
+    sizes: dict[int, int | None] = {}
     for r in reads:
         files.update(r["file_ids"])
+        sizes.update(zip(r["file_ids"], r.get("file_sizes") or [None] * len(r["file_ids"])))
+    opened_bytes = None if any(sizes.get(f) is None for f in files) else sum(sizes[f] for f in files)
     build = np.concatenate([np.asarray(r["build_s"], dtype=np.float64) for r in reads])
     busy_parts = [r.get("busy_s") for r in reads]
     busy = None if any(b is None for b in busy_parts) else \
@@ -164,6 +167,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             "random": random_,
             "sequential_fraction": sequential / (sequential + random_) if sequential + random_ else None,
             "files_opened": len(files),
+            "opened_file_bytes": opened_bytes,  # the sizes of those files (None: some unknown)
             "samples_per_file_opened": samples_read / len(files) if files else None,
         },
         "storage_io": {

@@ -318,9 +318,9 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
     Files: whole_file has one file per `samples_per_file_opened` samples (a file read twice as
     often as it was); shards read in file order (read_in_file_order) have the dataset's samples per
     file, enough files for the run and its loader's look-ahead; other shards and columns keep the
-    count of files the run opened, each of the
-    dataset's mean file size (dataset.bytes / dataset.files; at least the distinct bytes read per
-    file opened), so the reads scatter over as much of the storage as the trainer's did: what
+    count of files the run opened, each of the mean size of those files (reads.opened_file_bytes;
+    profiles without it: the dataset's mean file size, dataset.bytes / dataset.files; at least the
+    distinct bytes read per file opened), so the reads scatter over as much of the storage as the trainer's did: what
     readahead and the page cache make of small random reads depends on it (a DLRM run asking
     0.74 MB/s of 80 B reads had 13.6 MB/s served by the device). DLIO needs files x samples per
     file to hold `samples`, to be a multiple of the ranks, and (indexed_binary) more files than
@@ -362,6 +362,10 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         largest = int(2 ** (int(buckets.max()) + 1))
         distinct = int(reads.get("unique_bytes") or reads["logical_bytes"]) / opened
         stored = dataset["bytes"] / dataset["files"] if dataset.get("bytes") and dataset.get("files") else 0
+        if reads.get("opened_file_bytes") and not in_order:
+            # the files the run opened, not the dataset's average: a readahead may read them whole
+            # (DLRM opens its few large history columns, not the small anchor ones)
+            stored = reads["opened_file_bytes"] / opened
         file_bytes = math.ceil(max(stored, distinct, largest) / FILE_ALIGN) * FILE_ALIGN
     while files <= world_size or (files * per_file) % world_size:
         files += 1

@@ -47,6 +47,13 @@ def _file_id(path: str) -> int:
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
 
 
+def _file_size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
 class LoadProfiler:
     def __init__(self, *, rank: int, world_size: int, device: str, setup: LoaderSetup, start_step: int = 0) -> None:
         self.rank, self.world_size, self.device, self.setup = rank, world_size, device, setup
@@ -66,6 +73,7 @@ class LoadProfiler:
         self.build_s = array.array("d")
         self.busy_s: array.array | None = array.array("d")  # None once a batch could not measure it
         self.files: set[int] = set()
+        self.file_sizes: dict[int, int | None] = {}  # of the files opened: what a readahead may bring in whole
         self.ranges = ByteRanges()
         self.worker_io: dict[int, tuple[int, int] | None] = {}
         self.checkpoints: list[dict[str, float]] = []
@@ -87,7 +95,11 @@ class LoadProfiler:
             self.busy_s = None
         elif self.busy_s is not None:
             self.busy_s.append(reads.busy_s)
-        self.files.update(_file_id(p) for p in reads.new_files)
+        for path in reads.new_files:
+            file_id = _file_id(path)
+            if file_id not in self.files:
+                self.files.add(file_id)
+                self.file_sizes[file_id] = _file_size(path)
         self.ranges.update(reads.ranges)
         self.worker_io[reads.pid] = reads.io
 
@@ -152,6 +164,7 @@ class LoadProfiler:
                 "build_s": list(self.build_s),
                 "busy_s": None if self.busy_s is None else list(self.busy_s),
                 "file_ids": sorted(self.files),
+                "file_sizes": [self.file_sizes.get(f) for f in sorted(self.files)],
                 "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered
             },
             "storage_io": {"trainer": main_delta, "workers": workers},

@@ -12,7 +12,7 @@ from common.load_profile.profiler import VERSION
 from common.load_profile.session import write_profile
 from common.load_profile.merge import merge, summary_line
 from common.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.load_profile.reads import note_reads, note_records, recording
+from common.load_profile.reads import forget_access_history, note_reads, note_records, recording
 from tests.common.load_profile.profiles import (
     BATCH,
     DATASET,
@@ -87,6 +87,39 @@ def test_export_writes_both_schemas(tmp_path):
     assert d["num_files_train"] * d["num_samples_per_file"] % 2 == 0  # both ranks get equal shares
     assert replay["train"]["total_training_steps"] == STEPS
     assert replay["reader"]["batch_size"] == BATCH and replay["reader"]["read_threads"] == 2
+
+
+def test_the_files_opened_are_counted_with_their_sizes(tmp_path):
+    sizes = {"a": 5000, "b": 70000}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    parts = []
+    for rank in range(2):  # both ranks open a; b is rank 1's alone: a counts once
+        forget_access_history()  # each rank is a process of its own
+        profiler = LoadProfiler(rank=rank, world_size=2, device="cpu",
+                                setup=LoaderSetup(batch_size=1, global_batch_size=2, num_workers=0, prefetch_factor=0))
+        with recording() as reads:
+            for name in ("a", "b")[: rank + 1]:
+                note_reads(str(tmp_path / name), 0, 100)
+            note_records([100])
+        profiler.batch(reads[0])
+        profiler.step(begin=0.0, data_wait_s=0.0, compute_s=0.1, samples=2)
+        parts.append(profiler.part(block_device=None))
+    merged = merge(parts, benchmark="retinanet", run_dir="/r", config_file="c.gin", dataset=None)
+    assert merged["reads"]["files_opened"] == 2 and merged["reads"]["opened_file_bytes"] == 75000
+    # a file that vanished before it could be measured: the total is unknown, not short
+    (tmp_path / "b").unlink()
+    forget_access_history()
+    profiler = LoadProfiler(rank=0, world_size=1, device="cpu",
+                            setup=LoaderSetup(batch_size=1, global_batch_size=1, num_workers=0, prefetch_factor=0))
+    with recording() as reads:
+        note_reads(str(tmp_path / "b"), 0, 100)
+        note_records([100])
+    profiler.batch(reads[0])
+    profiler.step(begin=0.0, data_wait_s=0.0, compute_s=0.1, samples=1)
+    gone = merge([profiler.part(block_device=None)], benchmark="retinanet", run_dir="/r", config_file="c.gin",
+                 dataset=None)
+    assert gone["reads"]["opened_file_bytes"] is None
 
 
 def test_the_replay_sleeps_the_build_time_the_loader_was_not_waiting_for_storage(tmp_path):

@@ -129,6 +129,17 @@ def test_files_samples_and_ranks_fit_dlio():
     assert plan_from_profile(big, samples=STEPS * BATCH * 2, world_size=3).file_bytes == 32 << 20
 
 
+def test_column_files_are_as_large_as_the_files_the_run_opened(profiles):
+    dlrm = profiles["recommendation_v4"]
+    opened = dlrm["reads"]["files_opened"]
+    # the run opened the large history columns: 3 MiB each on average, where the dataset's mean is less
+    big = {**dlrm, "reads": {**dlrm["reads"], "opened_file_bytes": opened * (3 << 20)}}
+    assert plan_from_profile(big, samples=STEPS * BATCH, world_size=1).file_bytes == 3 << 20
+    unknown = {**dlrm, "reads": {**dlrm["reads"], "opened_file_bytes": None}}
+    stored = dlrm["dataset"]["bytes"] / dlrm["dataset"]["files"]
+    assert plan_from_profile(unknown, samples=STEPS * BATCH, world_size=1).file_bytes >= stored
+
+
 def test_a_profile_without_reads_gives_no_plan(profiles):
     profile = profiles["flux"]
     empty = {**profile, "reads": {**profile["reads"], "size_log2_histogram": [0] * 48}}
