@@ -31,8 +31,10 @@ class ProfileReadsReader(FormatReader):
         plan = ReadPlan.load(os.path.join(args.data_folder, PLAN_FILE))
         # one counter pair per reading process and dataset: loader workers are processes (fork)
         tag = f"rank{args.my_rank}-pid{os.getpid()}-{dataset_type}-t{thread_index}"
-        counts = ReadCounts(plan.files, os.path.join(args.output_folder, COUNTS_DIR), tag)
-        self.reads = SampleReader(plan, self._file_list, counts)
+        folder = os.path.join(args.output_folder, COUNTS_DIR)
+        counts = ReadCounts(plan.files, folder, tag)
+        ahead = ReadCounts(plan.files, folder, f"{tag}-ahead") if plan.window_samples else None
+        self.reads = SampleReader(plan, self._file_list, counts, ahead)
 
     # DLIO's read_index calls open, get_sample and close around each sample; SampleReader opens
     # what the plan reads itself (a sample's reads may go to other files than the one DLIO names)

@@ -50,6 +50,7 @@ import json
 import math
 import mmap
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -152,6 +153,10 @@ class ReadPlan:
     profile: dict[str, Any]  # what was recorded, for the comparison (profile_reads)
     access: str = "read"  # ACCESS_METHODS; whole_file is always read
     in_file_order: bool = False  # samples taken file after file, in order, cells at their column positions
+    # the trainer's streaming windows: once a window's first batch is read (every window_samples
+    # samples), the next window's first `lookahead_samples` samples are read on a thread (0: none)
+    window_samples: int = 0
+    lookahead_samples: int = 0
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -376,7 +381,12 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         spread=layout == "whole_file" and float(records.get("stdev") or 0.0) > 0,
         continue_p=continue_p, files=files, samples_per_file=per_file, file_bytes=file_bytes,
         profile={k: v for k, v in recorded.items()}, access="read" if layout == "whole_file" else access_of(profile),
-        in_file_order=layout != "whole_file" and in_order)
+        in_file_order=layout != "whole_file" and in_order,
+        # only where the files are read in order does it matter when a batch is read: the look-ahead
+        # reads the next window's shard while the current one is cached (FLUX), a stall it saves
+        window_samples=int(profile["window_batches"]) * int(profile["batch_size"])
+        if in_order and profile.get("window_batches") else 0,
+        lookahead_samples=int(profile["batch_size"]) if in_order and profile.get("window_batches") else 0)
 
 
 # ---------------------------------------------------------------------------- data
@@ -499,7 +509,8 @@ class SampleReader:
     Reads are judged as common.load_profile.reads judges the trainer's: per process and file, a
     process's first read of a file apart, then sequential when it starts where the previous ended."""
 
-    def __init__(self, plan: ReadPlan, paths: Sequence[str | os.PathLike], counts: ReadCounts | None = None) -> None:
+    def __init__(self, plan: ReadPlan, paths: Sequence[str | os.PathLike], counts: ReadCounts | None = None,
+                 ahead_counts: ReadCounts | None = None) -> None:
         self.plan = plan
         self.paths = [os.path.abspath(os.fspath(p)) for p in paths]
         if len(self.paths) != plan.files:
@@ -507,8 +518,13 @@ class SampleReader:
                             f"the data was not written for this plan")
         self.index = {p: i for i, p in enumerate(self.paths)}
         self.counts = counts if counts is not None else ReadCounts(plan.files)
+        # the window look-ahead reads on its own thread, with its own files and counters
+        self._ahead_counts = ahead_counts
+        self._ahead: SampleReader | None = None
+        self._ahead_thread: threading.Thread | None = None
         self._fds: dict[int, int] = {}
         self._maps: dict[int, mmap.mmap] = {}
+        self._arrays: dict[int, np.ndarray] = {}  # uint8 views of the mappings
         self._last_end: dict[int, int] = {}
         self._buffer = bytearray(1 << 16)
 
@@ -526,20 +542,25 @@ class SampleReader:
             fd = self._fds[index] = os.open(self.paths[index], os.O_RDONLY)
         return fd
 
-    def _mapping(self, index: int) -> mmap.mmap:
-        mapping = self._maps.get(index)
-        if mapping is None:
+    def _mapping(self, index: int) -> np.ndarray:
+        array = self._arrays.get(index)
+        if array is None:
             mapping = mmap.mmap(self._fd(index), 0, access=mmap.ACCESS_READ)
             if self.plan.access == "mmap_random" and hasattr(mapping, "madvise"):
                 mapping.madvise(mmap.MADV_RANDOM)
             self._maps[index] = mapping
-        return mapping
+            array = self._arrays[index] = np.frombuffer(mapping, dtype=np.uint8)
+        return array
 
     def _read_range(self, index: int, offset: int, size: int) -> int:
         if self.plan.access == "read":
             return os.preadv(self._fd(index), [self._view(size)], offset)
-        chunk = self._mapping(index)[offset:offset + size]  # the copy faults the pages in
-        return len(chunk)
+        # numpy copies without the GIL, as the trainers' numpy/torch copies out of their mappings
+        # do: a page fault waiting for storage then stalls this thread only, not the look-ahead's
+        # (or the loader's) other threads
+        source = self._mapping(index)[offset:offset + size]
+        np.copyto(np.frombuffer(self._view(source.size), dtype=np.uint8), source)
+        return int(source.size)
 
     def _whole_file(self, index: int) -> tuple[int, int]:
         # open + fstat + read to the end, the calls a loader makes to read a JPEG
@@ -556,8 +577,48 @@ class SampleReader:
             os.close(fd)
         return size, got
 
+    def _read_ahead(self, first: int) -> None:
+        """The next window's first samples, read on a thread as the trainer's loader prepares them."""
+        plan = self.plan
+        last = min(first + plan.lookahead_samples, plan.files * plan.samples_per_file)
+        if first >= last:
+            return
+        if self._ahead is None:
+            counts = self._ahead_counts if self._ahead_counts is not None else ReadCounts(plan.files)
+            self._ahead = SampleReader(dataclasses.replace(plan, window_samples=0), self.paths, counts)
+        self.join_ahead()  # one look-ahead at a time, as the trainer's one background thread
+        reader = self._ahead
+
+        def run() -> None:
+            for g in range(first, last):
+                reader.read(g, g // plan.samples_per_file)
+
+        self._ahead_thread = threading.Thread(target=run, name="plugin-window-lookahead", daemon=True)
+        self._ahead_thread.start()
+
+    def join_ahead(self) -> None:
+        if self._ahead_thread is not None:
+            self._ahead_thread.join()
+            self._ahead_thread = None
+
+    @property
+    def ahead_counts(self) -> ReadCounts | None:
+        """What the window look-ahead read (None: it never ran)."""
+        return None if self._ahead is None else self._ahead.counts
+
     def read(self, sample: int, home: int) -> int:
-        """Makes global sample `sample`'s reads; returns the bytes read."""
+        """Makes global sample `sample`'s reads; returns the bytes read. The last sample of a window's
+        first batch (ReadPlan.window_samples, lookahead_samples) then starts reading the next window's
+        first samples on a thread: the trainer's loader prepares the next window once the current
+        window's first batch is ready."""
+        returned = self._read(sample, home)
+        plan = self.plan
+        if plan.window_samples and plan.lookahead_samples and \
+                sample % plan.window_samples == plan.lookahead_samples - 1:
+            self._read_ahead(sample - (plan.lookahead_samples - 1) + plan.window_samples)
+        return returned
+
+    def _read(self, sample: int, home: int) -> int:
         files, offsets, sizes = self.plan.sample_reads(sample, home)
         returned = sequential = random = first = 0
         if self.plan.layout == "whole_file":
@@ -580,6 +641,10 @@ class SampleReader:
         return returned
 
     def close(self) -> None:
+        self.join_ahead()
+        if self._ahead is not None:
+            self._ahead.close()
+        self._arrays.clear()  # the views go first: a mapping with views on it cannot close
         for mapping in self._maps.values():
             mapping.close()
         self._maps.clear()

@@ -13,6 +13,7 @@ and again at `finish` (common.load_profile.block_device).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -69,6 +70,9 @@ class ProfileSession(LoopObserver):
         undelivered = getattr(self.loader, "undelivered_reads", None)
         for reads in undelivered() if callable(undelivered) else ():
             self.profiler.batch(reads)
+        sizes = getattr(self.loader, "window_sizes", None)  # StreamingLoader: batches of each window begun
+        if isinstance(sizes, dict) and sizes:
+            self.profiler.setup = dataclasses.replace(self.profiler.setup, window_batches=int(sizes[min(sizes)]))
         parts = gather_objects(self.profiler.part(block_device=self.devices.part()))
         if self.rank != 0:
             return None

@@ -217,6 +217,31 @@ def test_shards_read_a_file_at_a_time_are_replayed_file_after_file(profiles):
     assert not read_in_file_order(profiles["recommendation_v4"]) and not read_in_file_order(profiles["retinanet"])
 
 
+def test_each_window_reads_the_next_windows_first_batch_ahead(profiles, tmp_path):
+    flux = {**profiles["flux"], "window_batches": 3}
+    plan = plan_from_profile(flux, samples=STEPS * BATCH, world_size=1)
+    window = 3 * flux["batch_size"]
+    assert (plan.window_samples, plan.lookahead_samples) == (window, flux["batch_size"])
+    write_data(plan, tmp_path)
+    reader = SampleReader(plan, sorted((tmp_path / "train").iterdir()))
+    total = plan.files * plan.samples_per_file
+    for g in range(total):
+        reader.read(g, g // plan.samples_per_file)
+    reader.close()
+    ahead = reader.ahead_counts.summary()
+    # one batch ahead for every window begun whose successor holds samples
+    begun = [g for g in range(0, total, window) if g + window < total]
+    expected = sum(min(flux["batch_size"], total - g - window) for g in begun)
+    assert ahead["samples"] == expected
+    # the very reads those samples make when their turn comes
+    assert begun and ahead["reads"] == sum(plan.read_count(s) for g in begun
+                                           for s in range(g + window, min(g + window + flux["batch_size"], total)))
+    # the shuffled layouts and runs without windows read nothing ahead
+    assert plan_from_profile(profiles["flux"], samples=8, world_size=1).window_samples == 0
+    assert plan_from_profile({**profiles["recommendation_v4"], "window_batches": 3}, samples=8,
+                             world_size=1).window_samples == 0
+
+
 def _pages_after_one_small_read(path, access: str) -> int:
     plan = ReadPlan(layout="shards", seed=1, reads_per_sample=1.0, buckets=(6,), weights=(1.0,), scale=1.5,
                     spread=False, continue_p=0.0, files=1, samples_per_file=1, file_bytes=path.stat().st_size,
