@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from common.data.batch_arena import SlabRegistry, batch_slab, private_torch_apis
-from common.load_profile.reads import BatchReads, recording
+from common.load_profile.reads import BatchReads, combined, recording
 
 
 
@@ -251,10 +251,15 @@ class StreamingLoader:
 
     def _prepare(self, key: int, skip: int) -> _Prepared:
         t0 = time.perf_counter()
-        batches = self.build_window(key)
-        first = _build(self.source, batches[skip], record=self._by_index.record) if skip < len(batches) else None
+        record = self._by_index.record
+        with recording() if record else contextlib.nullcontext([None]) as index_reads:
+            batches = self.build_window(key)  # may read the window's index from storage (time windows)
+        first = _build(self.source, batches[skip], record=record) if skip < len(batches) else None
+        first_reads = None if first is None else first.reads
+        if first_reads is not None and index_reads[0] is not None:
+            first_reads = combined(index_reads[0], first_reads)  # the window's first batch carries its index
         return _Prepared(key=key, skip=skip, batches=batches, first=None if first is None else first.batch,
-                         built_s=time.perf_counter() - t0, first_reads=None if first is None else first.reads)
+                         built_s=time.perf_counter() - t0, first_reads=first_reads)
 
     def prefetch(self, key: int, *, skip: int = 0) -> None:
         with self._lock:

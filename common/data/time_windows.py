@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from common.load_profile.reads import note_array_reads
+
 DAY_SECONDS = 86_400
 _ORDER_FILE = "order.npy"
 _WINDOWS_FILE = "windows.npy"  # [keys, starts, counts] as int64 rows
@@ -70,8 +72,9 @@ class TimeWindows:
         pos = int(np.searchsorted(self._keys, key))
         if pos == len(self._keys) or int(self._keys[pos]) != key:
             return np.zeros(0, dtype=np.int64)
-        start = int(self._starts[pos])
-        return np.array(self._order[start : start + int(self._counts[pos])], dtype=np.int64)
+        start, count = int(self._starts[pos]), int(self._counts[pos])
+        note_array_reads(self._order, start, count)  # the loader reads the window's slice of the index
+        return np.array(self._order[start : start + count], dtype=np.int64)
 
 
 def _check_window(window_seconds: int) -> None:

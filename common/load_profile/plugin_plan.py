@@ -75,6 +75,7 @@ ACCESS_METHODS = ("read", "mmap", "mmap_random")
 DLIO_FORMAT = "indexed_binary"
 DEFAULT_SEED = 123
 FILE_ALIGN = 4096  # shard/column files are whole pages, as any file a writer flushes
+RARE_READ_SHARE = 1e-3  # read-size buckets below this share of reads do not size the files
 # separate random streams: sample reads, file contents and the size sequences must not share draws
 _SAMPLE_STREAM, _DATA_STREAM, _WEYL_STREAM = 0, 1, 2
 _GOLDEN = (math.sqrt(5) - 1) / 2  # the Weyl step with the lowest discrepancy
@@ -221,7 +222,7 @@ class ReadPlan:
                     np.array([self.whole_file_bytes(home)], dtype=np.int64))
         n = self.read_count(sample)
         rng = self._rng(_SAMPLE_STREAM, sample)
-        sizes = self._sizes(self.first_read(sample), n)
+        sizes = np.minimum(self._sizes(self.first_read(sample), n), self.file_bytes)  # a rare read: the whole file
         files = (rng.integers(0, self.files, n) if self.layout == "columns"
                  else np.full(n, home, dtype=np.int64))
         if self.in_file_order:
@@ -364,7 +365,10 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         else:
             files = opened
             per_file = max(1, math.ceil(samples / files))
-        largest = int(2 ** (int(buckets.max()) + 1))
+        # files hold the largest of the reads a sample makes; a rare read (DLRM's window index, one
+        # per window among tens of thousands) is clipped to the file instead of growing every file
+        common = buckets[weights >= RARE_READ_SHARE]
+        largest = int(2 ** (int((common if common.size else buckets).max()) + 1))
         distinct = int(reads.get("unique_bytes") or reads["logical_bytes"]) / opened
         stored = dataset["bytes"] / dataset["files"] if dataset.get("bytes") and dataset.get("files") else 0
         if reads.get("opened_file_bytes") and not in_order:

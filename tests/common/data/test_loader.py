@@ -161,3 +161,22 @@ def test_a_next_windows_first_batch_read_ahead_and_never_trained_is_reported():
     assert trained == [0, 2] and sum(r.read_count for r in delivered) == 4
     # window 1's first batch was read while window 0 trained; nothing handed it out
     assert [(r.read_count, r.read_bytes, sorted(r.new_files)) for r in ahead] == [(2, 20, ["/data/4", "/data/5"])]
+
+
+def test_a_window_index_read_from_storage_is_carried_by_the_windows_first_batch(tmp_path):
+    windows = TimeWindows(np.arange(0, 4 * 86_400, 3_600), window_seconds=86_400)  # 4 windows of 24
+    np.save(tmp_path / "order.npy", np.asarray(windows._order))
+    windows._order = np.load(tmp_path / "order.npy", mmap_mode="r")  # as a prepared dataset opens it
+    loader = StreamingLoader(source=_NotingSource(), build_window=lambda key: np.array_split(windows.indices(key), 3),
+                             num_workers=0)
+    delivered = []
+    loader.reads_sink = delivered.append
+    try:
+        list(loader.iterate(1))
+    finally:
+        loader.close()
+    first, *rest = delivered
+    # the window's slice of the index (24 int64 entries), then the first batch's 8 samples
+    assert [f for f in first.new_files if f.endswith("order.npy")] == [str(tmp_path / "order.npy")]
+    assert first.read_count == 1 + 8 and first.read_bytes == 24 * 8 + 8 * 10
+    assert len(rest) == 2 and all(r.read_count == 8 for r in rest)  # the other batches read their samples only

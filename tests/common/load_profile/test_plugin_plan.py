@@ -140,6 +140,18 @@ def test_column_files_are_as_large_as_the_files_the_run_opened(profiles):
     assert plan_from_profile(unknown, samples=STEPS * BATCH, world_size=1).file_bytes >= stored
 
 
+def test_a_rare_large_read_does_not_grow_the_files(profiles):
+    dlrm = profiles["recommendation_v4"]
+    histogram = list(dlrm["reads"]["size_log2_histogram"])
+    histogram[24] += 1  # one read of the window index (16+ MiB) among the samples' small ones
+    rare = {**dlrm, "reads": {**dlrm["reads"], "size_log2_histogram": histogram}}
+    plan = plan_from_profile(rare, samples=STEPS * BATCH, world_size=1)
+    assert plan.file_bytes == plan_from_profile(dlrm, samples=STEPS * BATCH, world_size=1).file_bytes < 1 << 24
+    reads = [plan.sample_reads(g, 0) for g in range(plan.files * plan.samples_per_file)]
+    assert max(int(r[2].max()) for r in reads if r[2].size) == plan.file_bytes  # drawn, and clipped to a whole file
+    assert all(int((r[1] + r[2]).max()) <= plan.file_bytes for r in reads if r[2].size)
+
+
 def test_a_profile_without_reads_gives_no_plan(profiles):
     profile = profiles["flux"]
     empty = {**profile, "reads": {**profile["reads"], "size_log2_histogram": [0] * 48}}
