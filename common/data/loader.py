@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from common.data.batch_arena import SlabRegistry, batch_slab, private_torch_apis
-from common.load_profile.reads import BatchReads, combined, recording
+from common.load_profile.reads import BatchReads, recording, with_files_of
 
 
 
@@ -257,7 +257,7 @@ class StreamingLoader:
         first = _build(self.source, batches[skip], record=record) if skip < len(batches) else None
         first_reads = None if first is None else first.reads
         if first_reads is not None and index_reads[0] is not None:
-            first_reads = combined(index_reads[0], first_reads)  # the window's first batch carries its index
+            first_reads = with_files_of(index_reads[0], first_reads)  # the window's first batch names its index
         return _Prepared(key=key, skip=skip, batches=batches, first=None if first is None else first.batch,
                          built_s=time.perf_counter() - t0, first_reads=first_reads)
 

@@ -326,8 +326,8 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
     file, enough files for the run and its loader's look-ahead; other shards and columns keep the
     count of files the run opened, each of the mean size of those files (reads.opened_file_bytes;
     profiles without it: the dataset's mean file size, dataset.bytes / dataset.files; at least the
-    distinct bytes read per file opened), so the reads scatter over as much of the storage as the trainer's did: what
-    readahead and the page cache make of small random reads depends on it (a DLRM run asking
+    distinct bytes read per file opened), so the reads scatter over as much of the storage as the
+    trainer's did: what readahead and the page cache make of small random reads depends on it (a DLRM run asking
     0.74 MB/s of 80 B reads had 13.6 MB/s served by the device). DLIO needs files x samples per
     file to hold `samples`, to be a multiple of the ranks, and (indexed_binary) more files than
     ranks: files are added."""

@@ -95,22 +95,13 @@ class BatchReads:
     io: tuple[int, int] | None  # process_io() right after the batch was built
 
 
-def combined(first: BatchReads, second: BatchReads) -> BatchReads:
-    """One batch's account of two recordings made one after the other in one thread (a streaming
-    window's index read, then its first batch): counts add up, the later process I/O stands."""
-    ranges = ByteRanges()
-    ranges.update(first.ranges)
-    ranges.update(second.ranges)
-    return BatchReads(
-        records=np.concatenate([first.records, second.records]),
-        read_count=first.read_count + second.read_count, read_bytes=first.read_bytes + second.read_bytes,
-        read_sizes=first.read_sizes + second.read_sizes, sequential=first.sequential + second.sequential,
-        random=first.random + second.random, first_touch=first.first_touch + second.first_touch,
-        new_files=first.new_files + [f for f in second.new_files if f not in first.new_files],
-        ranges=ranges.compact(), build_s=first.build_s + second.build_s,
-        busy_s=None if first.busy_s is None or second.busy_s is None else first.busy_s + second.busy_s,
-        pid=second.pid, io=second.io,
-    )
+def with_files_of(index: BatchReads, batch: BatchReads) -> BatchReads:
+    """`batch`, also naming the files `index` opened: a streaming window's index (DLRM's time-window
+    order) is read by the loader before the window's first batch. Its files count among the files
+    the run opened (the storage serves them, a readahead may read them whole); its bytes stay out of
+    the per-sample reads and records, which describe what a sample reads."""
+    extra = [f for f in index.new_files if f not in batch.new_files]
+    return dataclasses.replace(batch, new_files=batch.new_files + extra) if extra else batch
 
 
 class _Recorder:

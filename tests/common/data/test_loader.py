@@ -163,7 +163,7 @@ def test_a_next_windows_first_batch_read_ahead_and_never_trained_is_reported():
     assert [(r.read_count, r.read_bytes, sorted(r.new_files)) for r in ahead] == [(2, 20, ["/data/4", "/data/5"])]
 
 
-def test_a_window_index_read_from_storage_is_carried_by_the_windows_first_batch(tmp_path):
+def test_a_window_index_read_from_storage_is_named_by_the_windows_first_batch(tmp_path):
     windows = TimeWindows(np.arange(0, 4 * 86_400, 3_600), window_seconds=86_400)  # 4 windows of 24
     np.save(tmp_path / "order.npy", np.asarray(windows._order))
     windows._order = np.load(tmp_path / "order.npy", mmap_mode="r")  # as a prepared dataset opens it
@@ -176,7 +176,7 @@ def test_a_window_index_read_from_storage_is_carried_by_the_windows_first_batch(
     finally:
         loader.close()
     first, *rest = delivered
-    # the window's slice of the index (24 int64 entries), then the first batch's 8 samples
+    # the window's index is among the files the first batch opened; its bytes are not a sample's
     assert [f for f in first.new_files if f.endswith("order.npy")] == [str(tmp_path / "order.npy")]
-    assert first.read_count == 1 + 8 and first.read_bytes == 24 * 8 + 8 * 10
-    assert len(rest) == 2 and all(r.read_count == 8 for r in rest)  # the other batches read their samples only
+    assert first.read_count == 8 and first.read_bytes == 8 * 10 and len(first.new_files) == 8 + 1
+    assert len(rest) == 2 and all(r.read_count == 8 and len(r.new_files) == 8 for r in rest)
