@@ -138,7 +138,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
         "reader_workers": setup["num_workers"],
         "prefetch_factor": setup["prefetch_factor"],
         "batches_in_flight": setup["num_workers"] * setup["prefetch_factor"],
-        "window_batches": setup.get("window_batches"),  # each next window's first batch read as a window begins
+        "window_batches": setup.get("window_batches"),  # each next window's first batch is read ahead
         "start_step": first["start_step"],
         "totals": {
             "steps": ranks[0]["steps"],

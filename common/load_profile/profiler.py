@@ -41,8 +41,9 @@ class LoaderSetup:
     global_batch_size: int
     num_workers: int
     prefetch_factor: int
-    # batches per streaming window, where the loader reads each next window's first batch ahead,
-    # on its own thread, as the window begins (common.data.loader.StreamingLoader); None: no windows
+    # batches per streaming window, where the loader reads each next window's first batch ahead on
+    # its own thread once a window's first batch is ready (common.data.loader.StreamingLoader);
+    # None: no windows
     window_batches: int | None = None
 
 
