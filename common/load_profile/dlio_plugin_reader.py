@@ -8,7 +8,7 @@ format still picks the files: DLIO lists the names in data_folder/train that end
 
 This reader takes its plan from data_folder/read_plan.json (common.load_profile.plugin_plan:
 written with the data, so the plan and the files cannot disagree) and hands each sample to
-plugin_plan.SampleReader, which makes the sample's planned reads and counts them in memory-mapped
+plugin_sample_reader.SampleReader, which makes the sample's planned reads and counts them in memory-mapped
 files under DLIO's output folder (plugin_reads/). Everything else is DLIO's own read_index: the
 open/get_sample/close calls, the preprocess_time sleep, the dummy tensor it returns.
 
@@ -21,7 +21,8 @@ import os
 
 from dlio_benchmark.reader.reader_handler import FormatReader
 
-from common.load_profile.plugin_plan import COUNTS_DIR, PLAN_FILE, ReadCounts, ReadPlan, SampleReader
+from common.load_profile.plugin_plan import PLAN_FILE, ReadPlan
+from common.load_profile.plugin_sample_reader import COUNTS_DIR, ReadCounts, SampleReader
 
 
 class ProfileReadsReader(FormatReader):

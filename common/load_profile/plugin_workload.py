@@ -37,8 +37,9 @@ import yaml
 from common.load_profile import replay as replay_module
 from common.load_profile.dlio_env import REPO_ROOT
 from common.load_profile.export import EXPORT_DIR, dlio_2_workload
-from common.load_profile.plugin_plan import (COUNTS_DIR, DEFAULT_SEED, DLIO_FORMAT, PLAN_FILE, PlanError, ReadPlan,
-                                             collect_counts, histogram_match, plan_from_profile, write_data)
+from common.load_profile.plugin_plan import (DEFAULT_SEED, DLIO_FORMAT, PLAN_FILE, PlanError, ReadPlan, histogram_match,
+                                             plan_from_profile, write_data)
+from common.load_profile.plugin_sample_reader import COUNTS_DIR, collect_counts
 from common.load_profile.profiler import WARMUP_STEPS
 from common.load_profile.references import MODEL_OF_BENCHMARK
 

@@ -1,4 +1,5 @@
-"""The reader plugin's plan of reads, executed on its own data without DLIO (fast)."""
+"""The reader plugin's plan of reads (plugin_plan), executed on its own data by plugin_sample_reader
+without DLIO (fast)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 
 from common.emulation.page_cache import evict, resident_bytes
-from common.load_profile.plugin_plan import (PLAN_FILE, PlanError, ReadCounts, ReadPlan, SampleReader, access_of,
-                                             read_in_file_order,
-                                             collect_counts, data_file_names, histogram_match, layout_of,
-                                             plan_from_profile, profile_reads, solve_scale, write_data)
+from common.load_profile.plugin_plan import (PLAN_FILE, PlanError, ReadPlan, access_of, data_file_names,
+                                             histogram_match, layout_of, plan_from_profile, profile_reads,
+                                             read_in_file_order, solve_scale, write_data)
+from common.load_profile.plugin_sample_reader import ReadCounts, SampleReader, collect_counts
 from common.load_profile.reads import size_histogram
 from tests.common.load_profile.workload_profiles import BATCH, BENCHMARKS, STEPS, workload_profile
 
