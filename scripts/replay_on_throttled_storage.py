@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.emulation.proactive_reclaim import find_reclaimers, paused, warning  # noqa: E402
 from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 MIB = 1 << 20
@@ -391,6 +393,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size-mb", type=int, default=1536)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep-reclaim", action="store_true",
+                        help="leave the host's proactive reclaim (DAMON pageout) running; by default it is paused "
+                             "for the runs and switched back on after")
     return parser
 
 
@@ -405,7 +410,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = (args.out or REPO / "runs" / "replay_throttled" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    results = []
+    # SIGTERM (timeout, Slurm) unwinds like an error: the loop device, the cgroup and the host's reclaim
+    # are put back by the context managers below
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    reclaimers = find_reclaimers()
+    if reclaimers and args.keep_reclaim:
+        print(f"[throttled] warning: {warning(reclaimers)}", flush=True)
+    with paused([] if args.keep_reclaim else reclaimers) as stopped:
+        for r in stopped:
+            print(f"[throttled] paused {r.name} for these runs (it drops pages idle for {r.min_age_s} s, so slow "
+                  f"runs would read pages twice); it is switched back on at the end", flush=True)
+        results = _all(args, out, reclaim={"found": [r.describe() for r in reclaimers],
+                                           "paused": [r.name for r in stopped]})
+    print(f"[throttled] {out / 'results.json'}", flush=True)
+    for r in results:
+        if "table" in r:
+            print("\n" + r["table"])
+    return 0
+
+
+def _all(args: argparse.Namespace, out: Path, *, reclaim: dict[str, Any]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
     for benchmark in args.benchmark or list(SETTINGS):
         _, _, _, _, step_s, batch, workers, steps = SETTINGS[benchmark]
         bench_args = argparse.Namespace(**{**vars(args), "seconds_per_step": args.seconds_per_step or step_s,
@@ -413,16 +438,12 @@ def main(argv: list[str] | None = None) -> int:
                                            "steps": args.steps or steps})
         for ranks in args.ranks or [1]:
             try:
-                results.append(_one(benchmark, ranks, bench_args, out))
+                results.append({**_one(benchmark, ranks, bench_args, out), "proactive_reclaim": reclaim})
             except Exception as error:  # one workload's failure must not lose the others' numbers
                 print(f"[throttled] {benchmark} with {ranks} rank(s) failed: {error}", flush=True)
                 results.append({"benchmark": benchmark, "ranks": ranks, "error": str(error)})
             (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"[throttled] {out / 'results.json'}", flush=True)
-    for r in results:
-        if "table" in r:
-            print("\n" + r["table"])
-    return 0
+    return results
 
 
 if __name__ == "__main__":

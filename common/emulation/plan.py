@@ -6,7 +6,8 @@ settings) and hands them here instead of building a model. The plan:
 
 - drops the dataset's files from the page cache first (one rank per host, the others wait), so the
   loaders read from storage; with `common.Emulation.drop_caches` the whole host's cache too;
-- says, as MLPerf Storage does, when the dataset is under 5x the host's memory;
+- says, as MLPerf Storage does, when the dataset is under 5x the host's memory, and when the host
+  drops idle page-cache pages on its own (proactive reclaim: device bytes can then exceed the data);
 - trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
   evaluation, no learning rate, no checkpoints (the lifecycle skips them);
 - at the end gathers every accelerator's AU and writes emulation.json with the verdict against
@@ -23,6 +24,8 @@ from typing import Any, Callable, Sequence
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier, gather_objects
 from common.emulation.page_cache import dataset_vs_memory, drop_caches, evict
+from common.emulation.proactive_reclaim import find_reclaimers
+from common.emulation.proactive_reclaim import warning as reclaim_warning
 from common.emulation.report import build_report, verdict_line, write_report
 from common.emulation.task import EmulatedTask
 from common.load_profile.session import PROFILE_FILE
@@ -62,8 +65,11 @@ def _memory_check(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] 
     check = dataset_vs_memory(list(data_dirs))
     if check.warning:
         print(f"[emulate] warning: {check.warning}", flush=True)
+    reclaim = reclaim_warning(find_reclaimers())
+    if reclaim:
+        print(f"[emulate] warning: {reclaim}", flush=True)
     return {"dataset_bytes": check.dataset_bytes, "host_memory_bytes": check.host_memory_bytes,
-            "warning": check.warning}
+            "warning": check.warning, "proactive_reclaim": reclaim}
 
 
 def with_emulated_batch(cfg: Any, ctx: RunContext) -> Any:

@@ -6,7 +6,7 @@
      MLPerf Storage judges it), "samples_per_s",
      "storage": {mb_per_s, read_iops (the loader's read calls), device_mb_per_s, device_read_iops},
      "bytes_per_sample": {logical, unique, process (the kernel's read_bytes of the loaders), device},
-     "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes, warning}}
+     "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes, warning, proactive_reclaim}}
 
 Storage rates come from the load profile of the same run (load_profile.json, written just
 before): logical bytes are what the loaders asked for, unique the distinct byte ranges, process the

@@ -1,0 +1,128 @@
+"""Proactive reclaim on this host: kernel threads that drop page-cache pages nobody touched for a
+while, whatever memory is free, and so turn one read of a file into several.
+
+A storage measurement assumes the page cache keeps what was read until memory runs short. Hosts
+that run DAMON-based reclaim (DAMON's sysfs interface with a `pageout` scheme, or the
+damon_reclaim module; common on VMs that hand idle memory back to their hypervisor) break that:
+a page not accessed for the scheme's minimum age (60 s on the machine this was written on) is
+paged out, and the loader's next read of it goes to storage again. A run whose reads of one page
+lie further apart than that (DLRM's first step on slow storage faults its history pool in over
+minutes) then reads more from the device than its files hold.
+
+    found = find_reclaimers()       # [] where there is none
+    warning(found)                  # one line for the run's log, or None
+    with paused(found): ...         # root: switched off inside, back on after (also on errors)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+SYSFS = Path("/sys")
+# DAMON actions that drop pages from memory whatever the free memory (cold -> page cache gone);
+# lru_deprio and the like only reorder what the normal reclaim takes first
+_EVICTING_ACTIONS = {"pageout"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reclaimer:
+    """One switch that proactive reclaim runs under: `switch` is the sysfs file, `on`/`off` the
+    values that start and stop it; `min_age_s` is how long a page must stay untouched before it is
+    dropped (None where the interface does not say)."""
+
+    name: str
+    switch: Path
+    on: str
+    off: str
+    min_age_s: float | None
+
+    def describe(self) -> str:
+        age = "" if self.min_age_s is None else f" drops page-cache pages untouched for {self.min_age_s:g} s or more"
+        return f"{self.name}{age} ({self.switch})"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _number(path: Path) -> float | None:
+    text = _read(path)
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _damon_sysfs(sysfs: Path) -> list[Reclaimer]:
+    """Running kdamonds of DAMON's sysfs admin interface with an evicting scheme."""
+    found = []
+    for kdamond in sorted((sysfs / "kernel" / "mm" / "damon" / "admin" / "kdamonds").glob("[0-9]*")):
+        if _read(kdamond / "state") != "on":
+            continue
+        ages = []
+        for context in sorted((kdamond / "contexts").glob("[0-9]*")):
+            aggregation_us = _number(context / "monitoring_attrs" / "intervals" / "aggr_us")
+            for scheme in sorted((context / "schemes").glob("[0-9]*")):
+                if _read(scheme / "action") not in _EVICTING_ACTIONS:
+                    continue
+                # a region's age counts aggregation intervals
+                age = _number(scheme / "access_pattern" / "age" / "min")
+                ages.append(age * aggregation_us / 1e6 if age is not None and aggregation_us else None)
+        if ages:
+            known = [a for a in ages if a is not None]
+            pid = _read(kdamond / "pid")
+            found.append(Reclaimer(name=f"DAMON kdamond {kdamond.name}" + (f" (pid {pid})" if pid else ""),
+                                   switch=kdamond / "state", on="on", off="off",
+                                   min_age_s=min(known) if known else None))
+    return found
+
+
+def _damon_reclaim_module(sysfs: Path) -> list[Reclaimer]:
+    params = sysfs / "module" / "damon_reclaim" / "parameters"
+    if _read(params / "enabled") not in ("Y", "1"):
+        return []
+    min_age_us = _number(params / "min_age")
+    return [Reclaimer(name="the damon_reclaim module", switch=params / "enabled", on="Y", off="N",
+                      min_age_s=None if min_age_us is None else min_age_us / 1e6)]
+
+
+def find_reclaimers(sysfs: Path = SYSFS) -> list[Reclaimer]:
+    """Every proactive reclaim running on this host that drops page-cache pages by age."""
+    return _damon_sysfs(sysfs) + _damon_reclaim_module(sysfs)
+
+
+def warning(found: Sequence[Reclaimer]) -> str | None:
+    """The line a run prints when `found` is not empty."""
+    if not found:
+        return None
+    return ("proactive reclaim is on: " + "; ".join(r.describe() for r in found) +
+            ". A page the loader reads again only after that long is read from storage again, so the device "
+            "can serve more bytes than the dataset holds (pause it for a storage measurement, as root)")
+
+
+@contextlib.contextmanager
+def paused(found: Sequence[Reclaimer]) -> Iterator[list[Reclaimer]]:
+    """Switches every reclaimer in `found` off and, on leaving (errors included), back on; yields the
+    ones it switched off. A switch that cannot be written (not root) raises PermissionError naming it,
+    after the ones already switched off are back on."""
+    stopped: list[Reclaimer] = []
+    try:
+        for r in found:
+            try:
+                r.switch.write_text(r.off + "\n")
+            except OSError as error:
+                raise PermissionError(f"cannot pause {r.name}: writing {r.off!r} to {r.switch}: {error}") from None
+            stopped.append(r)
+        yield stopped
+    finally:
+        for r in reversed(stopped):
+            try:
+                r.switch.write_text(r.on + "\n")
+            except OSError as error:  # say so loudly: the host is left without its reclaim
+                print(f"[reclaim] could not switch {r.name} back on ({r.switch}): {error}", flush=True)
