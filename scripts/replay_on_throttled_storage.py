@@ -3,7 +3,7 @@ DLIO 2.0.0 replays (generic, reader plugin), all three reading from one loop dev
 cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/replay_on_throttled_storage.py [--benchmark flux ...] [--steps N]
-        [--ranks 1] [--readers generic plugin] [--out DIR]
+        [--ranks 1] [--readers generic plugin] [--out DIR] [--keep-reclaim]
 
 Per benchmark (its read limit, step time, batch and workers from SETTINGS, or the flags):
 1. an ext4 file system on a loop device (common.emulation.throttle.ThrottledStorage);
@@ -13,6 +13,10 @@ Per benchmark (its read limit, step time, batch and workers from SETTINGS, or th
    with DLIO's work dir on the mount: a before_train hook evicts DLIO's data (flushed first) and
    snapshots the loop device's /proc/diskstats; a second snapshot is taken when replay() returns;
 5. a table per benchmark (measured / generic / plugin) and results.json under --out.
+
+The host's proactive reclaim (DAMON pageout, common.emulation.proactive_reclaim) is paused for the
+runs and switched back on after, SIGTERM included (--keep-reclaim leaves it on): it drops pages
+nobody touched for a minute, and a run that reads a page again later reads it from storage twice.
 
 Device MB/s: measured, block_device.loop_read_bytes / totals.wall_s of the load profile (what the
 device served until the last step ended, over the training loop's time; read_bytes also holds what
@@ -39,14 +43,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common.emulation.proactive_reclaim import find_reclaimers, paused, warning  # noqa: E402
+from common.emulation.proactive_reclaim import paused_for_storage_runs  # noqa: E402
 from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 MIB = 1 << 20
 # benchmark -> (debug gin config, extra bindings, DataConfig name, read MiB/s, s per step, batch, workers,
 # steps). Read limits that make each run wait for storage: FLUX stalls at each new shard (5.7 MB),
 # RetinaNet's JPEGs take longer to read than a step, DLRM's first step faults in its history pool
-# (at 1 MiB/s DLIO's plugin run reads 1.4x its files' bytes, at 5 and 200 MiB/s exactly them).
+# (17 s at 5 MiB/s; at 1 MiB/s it takes ~85 s, longer than the 60 s after which this host's DAMON
+# reclaim drops an untouched page, which is why main() pauses it).
 SETTINGS = {
     "flux": (REPO / "flux" / "configs" / "debug.gin", ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
              "flux.DataConfig", 1.0, 0.4, 16, 2, 64),
@@ -413,15 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (timeout, Slurm) unwinds like an error: the loop device, the cgroup and the host's reclaim
     # are put back by the context managers below
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    reclaimers = find_reclaimers()
-    if reclaimers and args.keep_reclaim:
-        print(f"[throttled] warning: {warning(reclaimers)}", flush=True)
-    with paused([] if args.keep_reclaim else reclaimers) as stopped:
-        for r in stopped:
-            print(f"[throttled] paused {r.name} for these runs (it drops pages idle for {r.min_age_s} s, so slow "
-                  f"runs would read pages twice); it is switched back on at the end", flush=True)
-        results = _all(args, out, reclaim={"found": [r.describe() for r in reclaimers],
-                                           "paused": [r.name for r in stopped]})
+    with paused_for_storage_runs("[throttled]", keep=args.keep_reclaim) as reclaim:
+        results = _all(args, out, reclaim=reclaim)
     print(f"[throttled] {out / 'results.json'}", flush=True)
     for r in results:
         if "table" in r:

@@ -3,7 +3,7 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/storage_knee.py --benchmark flux [--read-mbps 6] [--seconds-per-step 0.4]
         [--batch 16] [--steps 16] [--max-accelerators 16] [--workers 2] [--no-dlio] [--out DIR]
-        [--gin_bindings B ...]
+        [--gin_bindings B ...] [--keep-reclaim]
 
 (A script, not a module of common/: it names the three benchmarks' debug configs.)
 
@@ -21,6 +21,7 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.emulation.proactive_reclaim import paused_for_storage_runs  # noqa: E402
 from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 DEBUG_CONFIGS = {
@@ -53,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-dlio", action="store_true", help="our sweep only")
     parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="default runs/storage_knee/<benchmark>_<time>")
+    parser.add_argument("--keep-reclaim", action="store_true",
+                        help="leave the host's proactive reclaim (DAMON pageout) running; by default it is paused "
+                             "for the sweep and switched back on after")
     return parser
 
 
@@ -88,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     out = (args.out or REPO / "runs" / "storage_knee" / f"{args.benchmark}_{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     read_bps = int(args.read_mbps * (1 << 20))
-    with ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
+    # SIGTERM (timeout, Slurm) unwinds like an error, so the loop device, the cgroup and the host's
+    # reclaim are put back
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with paused_for_storage_runs("[knee]", keep=args.keep_reclaim), \
+            ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
         _write_dataset(args, disk.mount, out)
         sweep = [sys.executable, "-m", "common.emulation.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
                  *_gin_flags(args, disk.mount), "--steps", str(args.steps),

@@ -126,3 +126,19 @@ def paused(found: Sequence[Reclaimer]) -> Iterator[list[Reclaimer]]:
                 r.switch.write_text(r.on + "\n")
             except OSError as error:  # say so loudly: the host is left without its reclaim
                 print(f"[reclaim] could not switch {r.name} back on ({r.switch}): {error}", flush=True)
+
+
+@contextlib.contextmanager
+def paused_for_storage_runs(prefix: str, *, keep: bool = False,
+                            sysfs: Path = SYSFS) -> Iterator[dict[str, list[str]]]:
+    """What a root script that measures storage wraps its runs in: the host's reclaimers paused
+    (said on stdout with `prefix`), or with `keep` left running with a warning. Yields
+    {"found": [...], "paused": [...]} for the script's results."""
+    found = find_reclaimers(sysfs)
+    if found and keep:
+        print(f"{prefix} warning: {warning(found)}", flush=True)
+    with paused([] if keep else found) as stopped:
+        for r in stopped:
+            print(f"{prefix} paused {r.name} for these runs (it drops pages idle for {r.min_age_s} s, so a slow "
+                  f"run would read some pages twice); it is switched back on at the end", flush=True)
+        yield {"found": [r.describe() for r in found], "paused": [r.name for r in stopped]}

@@ -81,3 +81,42 @@ def test_a_switch_that_cannot_be_written_is_named_and_the_others_are_restored(tm
         with paused(found):
             pytest.fail("the body must not run when a reclaimer could not be paused")
     assert (first / "state").read_text().strip() == "on"
+
+
+_SCRIPT = """
+import signal, sys, time
+from pathlib import Path
+from common.emulation.proactive_reclaim import paused_for_storage_runs
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # as the storage scripts do
+with paused_for_storage_runs("[test]", keep=sys.argv[2] == "keep", sysfs=Path(sys.argv[1])) as reclaim:
+    print("inside", reclaim["paused"], flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_script_stopped_by_sigterm_switches_the_reclaim_back_on(tmp_path, keep):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    kdamond = _kdamond(tmp_path / "sys", 0)
+    repo = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path / "sys"), "keep" if keep else "pause"],
+                             cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:  # wait until it is inside the block
+        lines.append(line)
+        if line.startswith("inside"):
+            break
+    assert (kdamond / "state").read_text().strip() == ("on" if keep else "off")
+    child.send_signal(signal.SIGTERM)
+    rest, _ = child.communicate(timeout=30)
+    assert child.returncode == 128 + signal.SIGTERM
+    assert (kdamond / "state").read_text().strip() == "on"
+    said = "".join(lines) + rest
+    if keep:
+        assert "[test] warning: proactive reclaim is on: DAMON kdamond 0" in said and "inside []" in said
+    else:
+        assert "[test] paused DAMON kdamond 0 (pid 77)" in said and "inside ['DAMON kdamond 0 (pid 77)']" in said
