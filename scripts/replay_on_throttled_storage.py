@@ -251,16 +251,27 @@ def _run(cmd: list[str], log: Path, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {code}):\n" + "\n".join(tail))
 
 
+def _all_steps_wait_mean(profile: dict[str, Any]) -> float | None:
+    """The data wait per step over every step of every rank, warm-up steps included (as the DLIO side's
+    all-ranks series): each rank's steady mean x count plus its warm-up waits. None where a rank lacks them."""
+    total, steps = 0.0, 0
+    for rank in profile.get("ranks") or []:
+        steady, warmup = rank.get("data_wait_s") or {}, (rank.get("warmup") or {}).get("data_wait_s")
+        if warmup is None or "count" not in steady:
+            return None
+        total += float(steady.get("mean") or 0.0) * int(steady["count"]) + float(sum(warmup))
+        steps += int(steady["count"]) + len(warmup)
+    return total / steps if steps else None
+
+
 def _measured(run_dir: Path) -> dict[str, Any]:
     profile = json.loads((run_dir / "load_profile.json").read_text())
     totals, block, reads = profile["totals"], profile.get("block_device") or {}, profile.get("reads") or {}
     wall = totals.get("wall_s")
     read_bytes = block.get("read_bytes")
     loop_bytes = block.get("loop_read_bytes", read_bytes)  # served until the last step ended
-    series = (profile.get("series") or {}).get("data_wait_s") or []  # rank 0, every step (warm-up too)
     return {
-        "data_wait_all_mean_s": float(np.mean(series)) if series and (profile.get("series") or {}).get(
-            "steps_per_point", 1.0) == 1.0 else None,
+        "data_wait_all_mean_s": _all_steps_wait_mean(profile),
         "data_wait_s": totals.get("data_wait_s"), "au": totals.get("au"), "samples_per_s": totals.get("samples_per_s"),
         "mb_per_s": totals.get("mb_per_s"), "wall_s": wall, "steps": totals.get("steps"),
         "device_read_bytes": read_bytes, "device_reads": block.get("reads"),
