@@ -26,11 +26,11 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	bash scripts/benchmark.sh
 
-# DLIO itself runs in .venv-dlio/ (scripts/setup_dlio_env.sh); the replay module builds it when missing
+# DLIO itself runs in .venv-dlio/ (storage/dlio/setup_env.sh); the replay module builds it when missing
 replay:
 	@test -n "$(RUN)" || { echo "usage: make replay RUN=<run dir>" >&2; exit 2; }
 	@$(MAKE) -s --no-print-directory $(STAMP)
-	$(PYTHON) -m common.load_profile replay $(RUN)
+	$(PYTHON) -m storage.dlio replay $(RUN)
 
 clean-venv:
 	rm -rf $(VENV)

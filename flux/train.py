@@ -23,7 +23,7 @@ import torch
 from common import run
 from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
-from common.emulation.plan import emulated_plan, with_emulated_batch
+from storage.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
 from flux.data import layout
 from flux.data.schema import FluxDataError

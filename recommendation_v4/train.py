@@ -19,7 +19,7 @@ from typing import Sequence
 
 from common import run
 from common.data.loader import StreamingLoader
-from common.emulation.plan import emulated_plan, with_emulated_batch
+from storage.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
 from common.run.schedule import per_rank_batch
 from recommendation_v4.data.schema import DatasetError

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from common import run
 from common.distributed.collectives import sum_over_ranks
 from common.data.loader import StreamingLoader
-from common.emulation.plan import emulated_plan, with_emulated_batch
+from storage.emulation.plan import emulated_plan, with_emulated_batch
 from common.run.loop import LoopResult
 from common.run.task import EvalPoint
 from retinanet.data.coco_annotations import AnnotationFormatError

@@ -80,8 +80,8 @@ def fingerprint(out: Path, packages: tuple[str, ...], max_steps: int | None) -> 
         run_dir = out / "runs" / package / "debug"
         found[f"{package}/debug"] = {"metrics": _metrics(run_dir), "load_profile": _profile(run_dir)}
         print(f"[fingerprint] {package}: 2 emulated accelerators", flush=True)
-        bindings = ['common.RunConfig.emulate = "b200"', "common.Emulation.seconds_per_step = 0.01",
-                    "common.Emulation.batch_per_accelerator = 4", f"common.RunConfig.max_steps = {EMULATED_STEPS}"]
+        bindings = ['common.RunConfig.emulate = "b200"', "storage.Emulation.seconds_per_step = 0.01",
+                    "storage.Emulation.batch_per_accelerator = 4", f"common.RunConfig.max_steps = {EMULATED_STEPS}"]
         _run([python, "-m", "common.distributed.launch", "--standalone", "--nproc_per_node=2", "-m", f"{package}.train",
               "--gin_config", gin, *[arg for b in bindings for arg in ("--gin_bindings", b)]],
              env={**env, "RUN_NAME": "emulated"}, log=out / f"{package}_emulated.log")

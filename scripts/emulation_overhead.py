@@ -16,7 +16,7 @@ the same per-rank batch B and loader workers W on both sides:
    recommendation_v4.bench.loader.run_loader_benchmark). FLUX's benchmark times a plain torch
    DataLoader, not the trainers' StreamingLoader, so FLUX also gets a second row: the same
    contiguous batches of the same source through common.data.loader.stream_batches;
-3. the trainer with `common.RunConfig.emulate = "b200"`, `common.Emulation.seconds_per_step = 0`
+3. the trainer with `common.RunConfig.emulate = "b200"`, `storage.Emulation.seconds_per_step = 0`
    and the page cache left warm, N steps of B samples per rank, on 1 rank then 2 (torchrun):
    emulation.json's samples_per_s / accelerators, the samples/s one emulated accelerator got.
 
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common.config.paths import DEFAULT_DATA_ROOT  # noqa: E402
-from common.emulation.report import read_report  # noqa: E402
+from storage.emulation.report import read_report  # noqa: E402
 
 # A rank of torch on CPU now and then aborts in native code while it winds down, after its work
 # is done (tests/trainers/trainer_process.py NATIVE_TEARDOWN_ABORT); such a launch is run again.
@@ -202,9 +202,9 @@ def trainer_command(spec: Benchmark, *, ranks: int, steps: int, batch: int, work
         f'{data}.dataset = "{spec.dataset}"',
         f"{data}.num_workers = {workers}",
         'common.RunConfig.emulate = "b200"',
-        "common.Emulation.seconds_per_step = 0",  # no compute: the step waits on the loader alone
-        f"common.Emulation.batch_per_accelerator = {batch}",
-        "common.Emulation.evict_page_cache = False",  # the data stays in memory, as for the loader benchmark
+        "storage.Emulation.seconds_per_step = 0",  # no compute: the step waits on the loader alone
+        f"storage.Emulation.batch_per_accelerator = {batch}",
+        "storage.Emulation.evict_page_cache = False",  # the data stays in memory, as for the loader benchmark
         f"common.RunConfig.max_steps = {steps}",
         f'common.RunConfig.output_root = "{output_root}"',
         f'common.RunConfig.run_name = "{run_name}"',

@@ -12,7 +12,7 @@ directory, and reports MB/s of wall time and MB per CPU-second (user + sys of th
 rate one core gives, whatever else the machine runs), after one untimed file that pays the
 process's start-up (imports, the planted world). Then where the time goes, timed piece by
 piece on a sample: drawing the content, encoding it (JPEG, npy cells, parquet) and writing the
-file. Then DLIO 2.0.0 (`.venv-dlio`, common.data.dlio_datagen_rate) on the same shape: random
+file. Then DLIO 2.0.0 (`.venv-dlio`, storage.dlio.datagen_rate) on the same shape: random
 bytes in a square JPEG/npz (it has no parquet): the yardstick is its MB/s while generating (one
 process, start-up excluded) against ours per CPU-second. One JSON line per benchmark.
 """
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             line: dict[str, Any] = {"benchmark": benchmark, "ours": measure_ours(benchmark, target_bytes=target,
                                                                                 scratch=Path(scratch))}
             if not args.no_dlio:
-                from common.data.dlio_datagen_rate import measure_dlio_datagen
+                from storage.dlio.datagen_rate import measure_dlio_datagen
 
                 try:
                     dlio = measure_dlio_datagen(benchmark, out_dir=Path(scratch) / "dlio", target_bytes=target)

@@ -6,7 +6,7 @@ cgroup holds to a chosen rate. Root only.
         [--ranks 1] [--readers generic plugin] [--out DIR] [--keep-reclaim]
 
 Per benchmark (its read limit, step time, batch and workers from SETTINGS, or the flags):
-1. an ext4 file system on a loop device (common.emulation.throttle.ThrottledStorage);
+1. an ext4 file system on a loop device (storage.host.throttle.ThrottledStorage);
 2. the benchmark's debug dataset written there by a 2-step emulated run outside the cgroup;
 3. the measured emulated run inside the cgroup (it evicts its dataset first) -> load_profile.json;
 4. `export` of that run, then each replay run by this script's `_replay` entry inside the cgroup,
@@ -14,7 +14,7 @@ Per benchmark (its read limit, step time, batch and workers from SETTINGS, or th
    snapshots the loop device's /proc/diskstats; a second snapshot is taken when replay() returns;
 5. a table per benchmark (measured / generic / plugin) and results.json under --out.
 
-The host's proactive reclaim (DAMON pageout, common.emulation.proactive_reclaim) is paused for the
+The host's proactive reclaim (DAMON pageout, storage.host.proactive_reclaim) is paused for the
 runs and switched back on after, SIGTERM included (--keep-reclaim leaves it on): it drops pages
 nobody touched for a minute, and a run that reads a page again later reads it from storage twice.
 
@@ -43,8 +43,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common.emulation.proactive_reclaim import paused_for_storage_runs  # noqa: E402
-from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+from storage.host.proactive_reclaim import paused_for_storage_runs  # noqa: E402
+from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 MIB = 1 << 20
 # benchmark -> (debug gin config, extra bindings, DataConfig name, read MiB/s, s per step, batch, workers,
@@ -66,7 +66,7 @@ SETTINGS = {
 def _dlio_waits(train_out: Path, *, warmup: bool = False) -> list[float]:
     """DLIO's per-step `load` times after the profiler's warm-up steps (with them: warmup=True), all
     ranks one after the other (as dlio_data_wait)."""
-    from common.load_profile.profiler import WARMUP_STEPS
+    from storage.load_profile.profiler import WARMUP_STEPS
 
     skip = 0 if warmup else WARMUP_STEPS
     waits: list[float] = []
@@ -105,7 +105,7 @@ class _DiskstatsSampler:
     def __init__(self, device: str, period: float = 0.02) -> None:
         import threading
 
-        from common.load_profile.block_device import diskstats
+        from storage.load_profile.block_device import diskstats
 
         self._diskstats, self.device, self.period = diskstats, device, period
         self.samples: list[tuple[float, int, int]] = []
@@ -147,9 +147,9 @@ def _epoch_window(train_out: Path) -> tuple[float, float] | None:
 def _replay_entry(argv: list[str]) -> int:
     """`_replay RUN_DIR --reader R --work-dir W --result F`: run inside the cgroup (wrap()), so DLIO and
     its loader workers are throttled."""
-    from common.emulation.page_cache import evict
-    from common.load_profile.block_device import diskstats, find_block_device
-    from common.load_profile.replays import replay
+    from storage.host.page_cache import evict
+    from storage.load_profile.block_device import diskstats, find_block_device
+    from storage.dlio.replays import replay
 
     parser = argparse.ArgumentParser(prog="replay_on_throttled_storage.py _replay")
     parser.add_argument("run_dir", type=Path)
@@ -221,8 +221,8 @@ def _replay_entry(argv: list[str]) -> int:
 def _gin_flags(benchmark: str, data_root: Path, args: argparse.Namespace) -> list[str]:
     config, extra, data, *_ = SETTINGS[benchmark]
     bindings = [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
-                f"common.Emulation.seconds_per_step = {args.seconds_per_step}",
-                f"common.Emulation.batch_per_accelerator = {args.batch}", *args.gin_bindings]
+                f"storage.Emulation.seconds_per_step = {args.seconds_per_step}",
+                f"storage.Emulation.batch_per_accelerator = {args.batch}", *args.gin_bindings]
     flags = ["--gin_config", str(config)]
     for binding in bindings:
         flags += ["--gin_bindings", binding]
@@ -352,7 +352,7 @@ def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str
 
 
 def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from common.load_profile.export import export
+    from storage.dlio.export import export
 
     limit = args.read_mbps or SETTINGS[benchmark][3]
     work = out / f"{benchmark}_r{ranks}"

@@ -7,11 +7,11 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 
 (A script, not a module of common/: it names the three benchmarks' debug configs.)
 
-1. An ext4 file system on a loop device (common.emulation.throttle.ThrottledStorage), read-limited
+1. An ext4 file system on a loop device (storage.host.throttle.ThrottledStorage), read-limited
    to --read-mbps MiB/s for the processes of its cgroup.
 2. The benchmark's debug dataset written onto it by one short emulated run outside the cgroup
    (the trainers generate what is missing), so the sweep's first point is not also a generator.
-3. `python -m common.emulation.sweep` inside the cgroup: 1, 2, 4, ... emulated accelerators, each
+3. `python -m storage.sweep` inside the cgroup: 1, 2, 4, ... emulated accelerators, each
    run evicting the dataset from the page cache first, each rank sleeping --seconds-per-step per
    step of --batch samples; with DLIO 2.0.0 replaying every point on the same device, its data
    evicted before it trains. The table and the headlines are the sweep's (sweep.md, sweep.json,
@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common.emulation.proactive_reclaim import paused_for_storage_runs  # noqa: E402
-from common.emulation.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+from storage.host.proactive_reclaim import paused_for_storage_runs  # noqa: E402
+from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 DEBUG_CONFIGS = {
     "flux": (REPO / "flux" / "configs" / "debug.gin", ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
@@ -64,9 +64,9 @@ def _parser() -> argparse.ArgumentParser:
 def _bindings(args: argparse.Namespace, data_root: Path) -> list[str]:
     _, extra, data = DEBUG_CONFIGS[args.benchmark]
     return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
-            f"common.Emulation.seconds_per_step = {args.seconds_per_step}",
-            f"common.Emulation.batch_per_accelerator = {args.batch}",
-            f"common.Emulation.au_threshold = {args.au_threshold}", *args.gin_bindings]
+            f"storage.Emulation.seconds_per_step = {args.seconds_per_step}",
+            f"storage.Emulation.batch_per_accelerator = {args.batch}",
+            f"storage.Emulation.au_threshold = {args.au_threshold}", *args.gin_bindings]
 
 
 def _gin_flags(args: argparse.Namespace, data_root: Path) -> list[str]:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     with paused_for_storage_runs("[knee]", keep=args.keep_reclaim), \
             ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
         _write_dataset(args, disk.mount, out)
-        sweep = [sys.executable, "-m", "common.emulation.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
+        sweep = [sys.executable, "-m", "storage.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
                  *_gin_flags(args, disk.mount), "--steps", str(args.steps),
                  "--max-accelerators", str(args.max_accelerators), "--out", str(out / "sweep")]
         if not args.no_dlio:

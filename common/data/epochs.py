@@ -127,6 +127,6 @@ class EpochIndexedSource:
         return self.source.get_batch(np.asarray(indices, dtype=np.int64) % self.num_samples)
 
     def storage_description(self):
-        """The wrapped source's (common.load_profile); None when it has none."""
+        """The wrapped source's (storage.load_profile); None when it has none."""
         describe = getattr(self.source, "storage_description", None)
         return describe() if callable(describe) else None

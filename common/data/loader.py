@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from common.data.batch_arena import SlabRegistry, batch_slab, private_torch_apis
-from common.load_profile.reads import BatchReads, recording, with_files_of
+from common.data.reads import BatchReads, recording, with_files_of
 
 
 
@@ -68,7 +68,7 @@ class _Delivery:
     batch: Any
     slab: torch.Tensor | None
     serial: int = 0  # which batch of its slab this is (common.data.batch_arena.SlabRegistry)
-    reads: BatchReads | None = None  # what building it read (common.load_profile)
+    reads: BatchReads | None = None  # what building it read (storage.load_profile)
 
     def __reduce__(self):
         if self.slab is None or not self.slab.is_shared():
@@ -137,7 +137,7 @@ def _build(source: BatchSource, indices: np.ndarray, *, record: bool = False) ->
 class _ByIndexArray(torch.utils.data.Dataset):
     def __init__(self, source: BatchSource) -> None:
         self.source = source
-        self.record = False  # what a worker builds carries its reads (common.load_profile)
+        self.record = False  # what a worker builds carries its reads (storage.load_profile)
 
     def __getitem__(self, indices: np.ndarray) -> _Delivery:
         return _build(self.source, indices, record=self.record)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from common.load_profile.reads import note_array_reads
+from common.data.reads import note_array_reads
 
 DAY_SECONDS = 86_400
 _ORDER_FILE = "order.npy"

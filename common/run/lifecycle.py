@@ -41,8 +41,8 @@ from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
 from common.distributed.launch import write_rank_status
 from common.distributed.setup import DistInfo, destroy, init_distributed
-from common.emulation.settings import EmulatedAccelerator, resolve as resolve_emulation
-from common.load_profile.session import ProfileSession
+from storage.emulation.settings import EmulatedAccelerator, resolve as resolve_emulation
+from storage.load_profile.session import ProfileSession
 from common.mlperf.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
 from common.mlperf.tracker import MLPerfTracker
 from common.randomness.streams import RandomStreams, resolve_seed, seed_everything
@@ -88,7 +88,7 @@ class RunContext:
     streams: RandomStreams
     config_file: str
     # common.RunConfig.emulate: the accelerator this rank emulates (None: a real run); a build that
-    # sees one reads its data as usual and hands common.emulation.plan.emulated_plan its loader
+    # sees one reads its data as usual and hands storage.emulation.plan.emulated_plan its loader
     emulation: EmulatedAccelerator | None = None
 
     def say(self, message: str) -> None:

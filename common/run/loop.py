@@ -32,7 +32,7 @@ from common.checkpoint.policy import CheckpointPolicy, CheckpointReason, checkpo
 from common.checkpoint.progress import TrainingProgress
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import mean_and_sum_over_ranks
-from common.load_profile.reads import process_writes
+from common.data.reads import process_writes
 from common.randomness.streams import RandomStreams
 from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 from common.run.learning_rate import apply_learning_rate

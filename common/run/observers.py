@@ -1,7 +1,7 @@
 """The loop's observers that only translate its events: the console lines, the MLPerf log, the tracer.
 
 The metrics log and the sample audit log (`common.run.logs`) and the load profile
-(`common.load_profile.session`) are observers themselves.
+(`storage.load_profile.session`) are observers themselves.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The settings every trainer shares: `common.RunConfig.*` and `common.Submission.*` here, with
-`common.CheckpointPolicy.*`, `common.TraceConfig.*` and `common.Emulation.*` read beside them by
+`common.CheckpointPolicy.*`, `common.TraceConfig.*` and `storage.Emulation.*` read beside them by
 `CommonConfigs.read`.
 
 Per-launch facts default to the environment (common/config/gin_files.py): a gin file leaves `seed`,
@@ -16,7 +16,7 @@ import gin
 
 from common.checkpoint.policy import CheckpointPolicy, GinCheckpointPolicy, with_environment_path
 from common.config.checks import is_int, read, require, require_bool, require_choice, require_int, require_number
-from common.emulation.settings import Emulation
+from storage.emulation.settings import Emulation
 from common.tracing.capture import TraceConfig
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,10 +38,10 @@ class RunConfig:
     # how long the other ranks wait for rank 0 to generate or preprocess the dataset (Yambda-5b: ~1 h)
     data_preparation_timeout_s: float = 6 * 3600.0
     check_compliance: bool = True  # run the official MLPerf checker on the log at the end
-    # load_profile.json and its plots in the run directory (common.load_profile); off only to measure its cost
+    # load_profile.json and its plots in the run directory (storage.load_profile); off only to measure its cost
     load_profile: bool = True
-    # an accelerator of common/emulation/compute_times.csv (b200, mi355, h100, a100...): the model step
-    # is slept for its compute time, the real loader reads the real files (common.Emulation.* tunes it)
+    # an accelerator of storage/emulation/compute_times.csv (b200, mi355, h100, a100...): the model step
+    # is slept for its compute time, the real loader reads the real files (storage.Emulation.* tunes it)
     emulate: str = ""
 
     def __post_init__(self) -> None:

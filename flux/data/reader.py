@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from common.load_profile.reads import is_recording, note_reads, note_records
+from common.data.reads import is_recording, note_reads, note_records
 from flux.data import hf_disk
 from flux.data.batch import FluxBatch, batch_buffer
 from flux.data.npy_codec import NpyHeader, is_bf16_bits, parse_npy_header

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
-from common.load_profile.reads import is_recording, note_array_reads, note_records
+from common.data.reads import is_recording, note_array_reads, note_records
 from recommendation_v4.data import features, hashing, schema
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.batch import HSTUBatch

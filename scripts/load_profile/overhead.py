@@ -41,8 +41,8 @@ def direct_costs(batches: int = 200) -> None:
 
     import numpy as np
 
-    from common.load_profile.profiler import LoaderSetup, LoadProfiler
-    from common.load_profile.reads import recording
+    from storage.load_profile.profiler import LoaderSetup, LoadProfiler
+    from common.data.reads import recording
     from recommendation_v4.data import layout
     from recommendation_v4.data.dataset import YambdaSequenceDataset
 

@@ -24,9 +24,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from common.load_profile.merge import merge  # noqa: E402
-from common.load_profile.profiler import LoaderSetup, LoadProfiler  # noqa: E402
-from common.load_profile.references import REFERENCES  # noqa: E402
+from storage.load_profile.merge import merge  # noqa: E402
+from storage.load_profile.profiler import LoaderSetup, LoadProfiler  # noqa: E402
+from storage.dlio.references import REFERENCES  # noqa: E402
 from common.data.loader import StreamingLoader  # noqa: E402
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGES = ("common", "recommendation_v4", "retinanet", "flux")
+PACKAGES = ("common", "storage", "recommendation_v4", "retinanet", "flux")
 BENCHMARKS = ("recommendation_v4", "retinanet", "flux")
 
 

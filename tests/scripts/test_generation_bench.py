@@ -1,4 +1,4 @@
-"""scripts/generation_bench.py on our side only (DLIO's side: test_dlio_datagen_rate.py): the
+"""scripts/generation_bench.py on our side only (DLIO's side: tests/storage/dlio/test_datagen_rate.py): the
 reference-shape files are written, rates are positive, and the pieces of the time add up."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pathlib
 import gin
 import pytest
 
-from common.emulation.report import read_report
+from storage.emulation.report import read_report
 from tests.trainers.trainer_process import run_command, trainer_command
 from tests.trainers.trainer_suite import TRAINERS, TrainerUnderTest
 
@@ -34,8 +34,8 @@ def data_roots(tmp_path_factory) -> dict[str, pathlib.Path]:
 def _emulation_bindings(trainer: TrainerUnderTest, data_root: pathlib.Path, out: pathlib.Path) -> list[str]:
     return trainer.short_run(data_root, out, "emulated") + [
         'common.RunConfig.emulate = "b200"',
-        f"common.Emulation.seconds_per_step = {SECONDS_PER_STEP}",
-        "common.Emulation.batch_per_accelerator = 2",
+        f"storage.Emulation.seconds_per_step = {SECONDS_PER_STEP}",
+        "storage.Emulation.batch_per_accelerator = 2",
         f"common.RunConfig.max_steps = {STEPS}",
         "common.RunConfig.log_sample_ids = False",
     ]
@@ -50,7 +50,7 @@ def test_two_emulated_accelerators_read_cold_and_report_their_au(trainer: Traine
     report = read_report(run_dir)
     assert report["accelerators"] == 2 and report["steps"] == STEPS and report["accelerator"] == "b200"
     assert report["compute"] == {"seconds_per_step": SECONDS_PER_STEP, "stdev_s": 0.0, "batch_per_accelerator": 2,
-                                 "source": "common.Emulation.seconds_per_step"}
+                                 "source": "storage.Emulation.seconds_per_step"}
     assert len(report["au"]["ranks"]) == 2 and all(0 < au <= 1.0 for au in report["au"]["ranks"])
     assert report["passed"] == (report["au"]["mean"] >= report["au_threshold"])
     per_sample = report["bytes_per_sample"]

@@ -31,7 +31,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from common.load_profile.references import MODEL_OF_BENCHMARK
+from storage.dlio.references import MODEL_OF_BENCHMARK
 from common.mlperf.compliance import check_log
 from common.run.logs import read_metrics
 from common.tracing import RANK_PID_BASE, read_trace
@@ -232,7 +232,7 @@ def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -
     assert 0 < totals["au"] <= 1
     for name in ("step_time", "record_sizes", "read_sizes", "throughput", "overview"):
         assert (run_dir / "load_profile" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    exported = subprocess.run([sys.executable, "-m", "common.load_profile", "export", str(run_dir)], cwd=REPO,
+    exported = subprocess.run([sys.executable, "-m", "storage.dlio", "export", str(run_dir)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
     model = MODEL_OF_BENCHMARK[profile["benchmark"]]

@@ -138,7 +138,7 @@ class _NotingSource:
     """Each sample is a 10-byte read of its own file, noted for the load profile."""
 
     def get_batch(self, indices):
-        from common.load_profile.reads import note_reads
+        from common.data.reads import note_reads
 
         for i in indices:
             note_reads(f"/data/{int(i)}", [0], [10])

@@ -1,0 +1,3 @@
+"""A run's load profile as DLIO workloads: the export (MLPerf Storage's schema and DLIO 2.0.0's),
+the replays (generic and the reader plugin), DLIO's environment and its data-generation rate.
+`python -m storage.dlio {export,replay} RUN_DIR`."""

@@ -1,0 +1,56 @@
+"""python -m storage.dlio {export,replay} RUN_DIR
+
+export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLIO 2.0.0 workload
+         [--accelerator b200|mi355|h100|a100]  <model>_<accelerator>.yaml with that accelerator's
+                                               batch and compute time (storage/emulation/compute_times.csv)
+         [--dataset-scale F]                   F x the benchmark's real training set (default 1)
+         [--dataset-of-run]                    the samples this run's data held instead
+replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
+         workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
+         reader plugin makes per sample the reads the profile recorded and compares them too
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "export":
+        import argparse
+
+        from storage.dlio.export import ExportError, export
+
+        parser = argparse.ArgumentParser(prog="python -m storage.dlio export")
+        parser.add_argument("run_dir")
+        parser.add_argument("--accelerator", default=None)
+        parser.add_argument("--dataset-scale", type=float, default=1.0)
+        parser.add_argument("--dataset-of-run", action="store_true")
+        try:
+            args = parser.parse_args(rest)
+        except SystemExit as exit_:
+            return int(exit_.code or 0)
+        try:
+            written = export(args.run_dir, accelerator=args.accelerator,
+                             dataset_scale=None if args.dataset_of_run else args.dataset_scale)
+        except ExportError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"[export] {path}")
+        return 0
+    if command == "replay":
+        from storage.dlio.replay_cli import main as replay_main
+
+        return replay_main(rest)
+    print(f"error: unknown command {command!r} (export or replay)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin]`
+(dispatched by __main__)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.dlio replay",
+        description="Replays RUN_DIR's exported DLIO 2.0.0 workload (the DLIO env .venv-dlio/ is built on first "
+                    "use) and prints measured vs replayed samples/s, MB/s and AU.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                        help="a run directory with load_profile.json and dlio/")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="where DLIO writes its data and output (default RUN_DIR/dlio/replay, or "
+                             "RUN_DIR/dlio/replay-plugin with --reader plugin)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the generated data afterwards")
+    parser.add_argument("--reader", choices=("generic", "plugin"), default="generic",
+                        help="generic: export's workload, one record per sample (default); plugin: a DLIO reader "
+                             "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
+                             "compares them (RUN_DIR/dlio/replay_plugin_result.json, work dir "
+                             "RUN_DIR/dlio/replay-plugin)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The arguments after the program name, with or without the leading `replay`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["replay"]:
+        argv = argv[1:]
+    args = _parser().parse_args(argv)
+    # imported here: --help and bad arguments need none of the replay's imports
+    from storage.dlio.replay import DlioEnvError, ReplayError
+    from storage.dlio.replays import replay
+
+    try:
+        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader)
+    except (ReplayError, DlioEnvError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

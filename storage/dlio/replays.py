@@ -1,0 +1,29 @@
+"""One entry for both replays: `replay(run_dir, reader="generic"|"plugin", ...)`.
+
+- generic (storage.dlio.replay): DLIO 2.0.0 on export's workload, one record per sample;
+- plugin (storage.dlio.plugin_workload): DLIO 2.0.0 with the reader plugin that makes, per
+  sample, the reads the profile recorded.
+
+The plugin's replay is built on the generic one's pieces, so the choice between them lives here,
+above both, rather than in either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from storage.dlio.plugin_workload import plugin_replay
+from storage.dlio.replay import ReplayError, ReplayResult
+from storage.dlio.replay import replay as generic_replay
+
+READERS = ("generic", "plugin")
+
+
+def replay(run_dir: Path, *, reader: str = "generic", work_dir: Path | None = None, keep_data: bool = False,
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
+    """The replay `reader` names; a ReplayError for another name."""
+    if reader not in READERS:
+        raise ReplayError(f"reader {reader!r} is not one of {', '.join(READERS)}")
+    run = generic_replay if reader == "generic" else plugin_replay
+    return run(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s, before_train=before_train)

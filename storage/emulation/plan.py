@@ -1,0 +1,119 @@
+"""The training plan of an emulated accelerator, for any benchmark.
+
+A benchmark's build, when `ctx.emulation` is set, prepares its data, its schedule and its training
+loader exactly as for training (the reference shapes, the per-accelerator batch, the loader
+settings) and hands them here instead of building a model. The plan:
+
+- drops the dataset's files from the page cache first (one rank per host, the others wait), so the
+  loaders read from storage; with `storage.Emulation.drop_caches` the whole host's cache too;
+- says, as MLPerf Storage does, when the dataset is under 5x the host's memory, and when the host
+  drops idle page-cache pages on its own (proactive reclaim: device bytes can then exceed the data);
+- trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
+  evaluation, no learning rate, no checkpoints (the lifecycle skips them);
+- at the end gathers every accelerator's AU and writes emulation.json with the verdict against
+  the workload's AU threshold and the storage figures of the run's load profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from common.data.loader import StreamingLoader
+from common.distributed.collectives import barrier, gather_objects
+from storage.host.page_cache import dataset_vs_memory, drop_caches, evict
+from storage.host.proactive_reclaim import find_reclaimers
+from storage.host.proactive_reclaim import warning as reclaim_warning
+from storage.emulation.report import build_report, verdict_line, write_report
+from storage.emulation.task import EmulatedTask
+from storage.load_profile.session import PROFILE_FILE
+from common.run.lifecycle import RunContext, TrainingPlan
+from common.run.loop import LoopResult
+from common.run.schedule import TrainingSchedule
+
+
+def _no_window(key: int) -> bool:
+    return False
+
+
+def _cold_start(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] | None:
+    """Evicts the dataset from the page cache on one rank per host; every rank waits for it."""
+    settings = ctx.emulation.settings
+    report = None
+    if ctx.info.local_rank == 0 and settings.evict_page_cache:
+        dropped = drop_caches() if settings.drop_caches else None
+        eviction = evict(list(data_dirs))
+        report = {"files": eviction.files, "bytes": eviction.bytes, "seconds": round(eviction.seconds, 3),
+                  "resident_before_bytes": eviction.resident_before_bytes,
+                  "resident_after_bytes": eviction.resident_after_bytes,
+                  "drop_caches": None if not settings.drop_caches else (dropped or "done")}
+        resident = "" if eviction.resident_after_bytes is None else \
+            f"; {eviction.resident_after_bytes / 1e6:,.1f} MB still cached (mapped pages stay)"
+        print(f"[emulate] evicted {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB) from the page cache in "
+              f"{eviction.seconds:.2f}s{resident}", flush=True)
+        if settings.drop_caches and dropped:
+            print(f"[emulate] drop_caches not done: {dropped}", flush=True)
+    barrier()
+    return report
+
+
+def _memory_check(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] | None:
+    if not ctx.info.is_main:
+        return None
+    check = dataset_vs_memory(list(data_dirs))
+    if check.warning:
+        print(f"[emulate] warning: {check.warning}", flush=True)
+    reclaim = reclaim_warning(find_reclaimers())
+    if reclaim:
+        print(f"[emulate] warning: {reclaim}", flush=True)
+    return {"dataset_bytes": check.dataset_bytes, "host_memory_bytes": check.host_memory_bytes,
+            "warning": check.warning, "proactive_reclaim": reclaim}
+
+
+def with_emulated_batch(cfg: Any, ctx: RunContext) -> Any:
+    """A benchmark's train config with the global batch the emulated accelerators read (their
+    per-accelerator batch times the ranks); `cfg` itself for a real run."""
+    if ctx.emulation is None:
+        return cfg
+    batch = ctx.emulation.global_batch_size(cfg.global_batch_size, ctx.info.world_size)
+    return dataclasses.replace(cfg, global_batch_size=batch)
+
+
+def emulated_plan(ctx: RunContext, *, loader: StreamingLoader, schedule: TrainingSchedule, dataset: str,
+                  data_dirs: Sequence[Path], count_samples: Callable[[Any], int],
+                  closeables: Sequence[Any] = ()) -> TrainingPlan:
+    accelerator = ctx.emulation
+    local_batch = schedule.local_batch_size
+    seconds = accelerator.seconds_per_step(local_batch)
+    compute = {"seconds_per_step": seconds, "stdev_s": accelerator.settings.stdev_s,
+               "batch_per_accelerator": local_batch, "source": accelerator.source(local_batch)}
+    schedule = dataclasses.replace(
+        schedule, eval_every_steps=0, eval_after_window=_no_window, eval_at_end=False, target_quality=None,
+        learning_rate=None,
+        description=(f"[schedule] emulating {ctx.info.world_size} x {accelerator.name}: {seconds * 1e3:,.2f} ms per "
+                     f"step of {local_batch} samples ({compute['source']}); {len(schedule.windows)} window(s); "
+                     f"no evaluation, no checkpoints"))
+    cold = _cold_start(ctx, data_dirs)
+    memory = _memory_check(ctx, data_dirs)
+    task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
+                        rank=ctx.info.rank, count_samples=count_samples)
+
+    def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
+        utilisations = gather_objects(task.utilisation())
+        if not ctx.info.is_main:
+            return {}, None
+        profile_path = ctx.run_dir / PROFILE_FILE
+        profile = json.loads(profile_path.read_text()) if profile_path.exists() and ctx.run.load_profile else None
+        report = build_report(benchmark=ctx.emulation.row.benchmark, accelerator=accelerator.name,
+                              utilisations=utilisations, au_threshold=accelerator.au_threshold, compute=compute,
+                              profile=profile, cold=cold, memory=memory)
+        path = write_report(ctx.run_dir, report)
+        line = verdict_line(report)
+        return {"emulation": {"accelerator": accelerator.name, "au": report["au"]["mean"], "passed": report["passed"],
+                              "report": str(path)}}, line
+
+    return TrainingPlan(task=task, loader=loader, schedule=schedule,
+                        hyperparameters={"global_batch_size": schedule.global_batch_size}, dataset=dataset,
+                        reference_data=False, summarize=summarize, closeables=closeables, data_dirs=tuple(data_dirs))

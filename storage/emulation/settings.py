@@ -1,0 +1,95 @@
+"""`storage.Emulation.*`: how an emulated accelerator behaves, when `common.RunConfig.emulate`
+names one. The accelerator's figures come from compute_times.csv; every one can be overridden.
+
+    --gin_bindings 'common.RunConfig.emulate = "b200"'
+    --gin_bindings 'storage.Emulation.seconds_per_step = 0.25'    # instead of the table's
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gin
+
+from common.config.checks import ConfigError, require, require_bool, require_int, require_number
+from storage.emulation.compute_times import PACKAGES, ComputeTime, ComputeTimeError, lookup
+
+# batch_per_accelerator's two special values
+TABLE_BATCH = -1  # the batch the table's compute time belongs to (MLPerf Storage's per-accelerator batch)
+CONFIGURED_BATCH = 0  # the benchmark's own global batch, split over the ranks
+# MLPerf Storage's AU bar of each workload in its current (B200, MI355) form, for an accelerator the table lacks
+WORKLOAD_AU = {"flux": 0.90, "retinanet": 0.85, "dlrm": 0.70}
+
+
+@gin.configurable(module="storage")
+@dataclasses.dataclass(frozen=True)
+class Emulation:
+    seconds_per_step: float | None = None  # None: the table's, scaled to the batch; 0: no compute (loader speed)
+    stdev_s: float = 0.0  # spread of the per-step compute time (a seeded normal draw, clipped at 0)
+    batch_per_accelerator: int = TABLE_BATCH  # -1: the table's; 0: the configured global batch / ranks
+    au_threshold: float = 0.0  # 0: MLPerf Storage's for the workload (the table's au_threshold)
+    # drop the dataset's files from the page cache before the loaders start (posix_fadvise DONTNEED)
+    evict_page_cache: bool = True
+    drop_caches: bool = False  # also echo 3 > /proc/sys/vm/drop_caches (root only; every file on the host)
+
+    def __post_init__(self) -> None:
+        require_number(self, "stdev_s", "au_threshold", minimum=0)
+        if self.seconds_per_step is not None:
+            require_number(self, "seconds_per_step", minimum=0)
+        require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)
+        require(self, "au_threshold", self.au_threshold <= 1, "a fraction <= 1")
+        require_bool(self, "evict_page_cache", "drop_caches")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmulatedAccelerator:
+    """One emulated accelerator of a benchmark, its table row resolved and the overrides applied."""
+
+    name: str
+    row: ComputeTime
+    settings: Emulation
+
+    @property
+    def au_threshold(self) -> float:
+        return self.settings.au_threshold or self.row.au_threshold
+
+    def global_batch_size(self, configured: int, world_size: int) -> int:
+        """The global batch an emulated run of `world_size` accelerators reads."""
+        per_accelerator = self.settings.batch_per_accelerator
+        if per_accelerator == CONFIGURED_BATCH:
+            return configured
+        if per_accelerator == TABLE_BATCH:
+            per_accelerator = self.row.batch_per_accelerator
+        return per_accelerator * world_size
+
+    def seconds_per_step(self, local_batch: int) -> float:
+        """The mean compute time of a step of `local_batch` samples on this accelerator."""
+        if self.settings.seconds_per_step is not None:
+            return self.settings.seconds_per_step
+        return self.row.at_batch(local_batch)
+
+    def source(self, local_batch: int) -> str:
+        if self.settings.seconds_per_step is not None:
+            return "storage.Emulation.seconds_per_step"
+        scaled = "" if local_batch == self.row.batch_per_accelerator else \
+            f", scaled from batch {self.row.batch_per_accelerator} to {local_batch}"
+        return f"compute_times.csv: {self.row.source}{scaled}"
+
+
+def resolve(accelerator: str, settings: Emulation, *, benchmark: str) -> EmulatedAccelerator | None:
+    """The emulated accelerator `common.RunConfig.emulate` names (None: a real run); a ConfigError
+    naming the binding when the table has no such accelerator for the benchmark."""
+    if not accelerator:
+        return None
+    try:
+        row = lookup(benchmark, accelerator)
+    except ComputeTimeError as error:
+        if settings.seconds_per_step is None or settings.batch_per_accelerator == TABLE_BATCH:
+            raise ConfigError(f"common.RunConfig.emulate={accelerator!r}: {error}; or bind both "
+                              "storage.Emulation.seconds_per_step and storage.Emulation.batch_per_accelerator") from None
+        # an accelerator the table lacks, its compute time given by the user; the workload's AU bar stays
+        row = ComputeTime(benchmark=benchmark, accelerator=accelerator, seconds_per_step=settings.seconds_per_step,
+                          batch_per_accelerator=max(settings.batch_per_accelerator, 1),
+                          au_threshold=settings.au_threshold or WORKLOAD_AU[PACKAGES.get(benchmark, benchmark)],
+                          source="user bindings")
+    return EmulatedAccelerator(name=accelerator.strip().lower(), row=row, settings=settings)

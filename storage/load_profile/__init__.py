@@ -1,0 +1,9 @@
+"""The measured storage load of a training run, in load_profile.json beside it.
+
+- `profiler`, `session`, `merge`: one rank's profile while it trains; all ranks' in load_profile.json.
+  The reads themselves are recorded where the loaders read (common.data.reads).
+- `block_device`: what the block devices under the data served (/proc/diskstats).
+- `stats`, `plots`: distributions, and the PNGs beside the profile.
+
+Its export and replays as DLIO workloads are storage.dlio.
+"""

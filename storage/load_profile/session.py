@@ -1,0 +1,111 @@
+"""The load profile of one launch, as the run lifecycle (common.run.lifecycle) drives it.
+
+It attaches a LoadProfiler to the training loader and, as an observer of the loop, tells it each
+step's data wait and compute, the evaluation time it leaves out and each checkpoint; `finish`
+(after training ended or was preempted, on every rank) gathers the ranks' parts, and rank 0
+writes `load_profile.json`, the plots and prints the one-line summary. A resumed launch
+profiles only what it ran itself: the profile of an earlier launch is kept beside it as
+`load_profile.until_step<N>.json`.
+
+Given the data directories, it also snapshots the block devices under them when the loop begins
+and again at `finish` (storage.load_profile.block_device).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from common.checkpoint.progress import TrainingProgress
+from common.distributed.collectives import gather_objects
+from storage.load_profile.block_device import DeviceReads
+from storage.load_profile.merge import merge, summary_line
+from storage.load_profile.profiler import LoaderSetup, LoadProfiler
+from common.run.events import Evaluation, LoopObserver, Save, StepEnd
+
+PROFILE_FILE = "load_profile.json"
+PLOTS_DIR = "load_profile"
+
+
+class ProfileSession(LoopObserver):
+    def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
+                 loader: Any, global_batch_size: int, local_batch_size: int, start_step: int,
+                 data_dirs: Sequence[Path] = ()) -> None:
+        self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
+        self.rank = rank
+        setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
+                            num_workers=int(getattr(loader, "num_workers", 0)),
+                            prefetch_factor=int(getattr(loader, "prefetch_factor", 0)))
+        self.profiler = LoadProfiler(rank=rank, world_size=world_size, device=device, setup=setup, start_step=start_step)
+        self.loader = loader
+        loader.reads_sink = self.profiler.batch
+        describe = getattr(loader.source, "storage_description", None)
+        self.dataset = describe() if callable(describe) else None
+        self.devices = DeviceReads(data_dirs)
+
+    def loop_begins(self, progress: TrainingProgress) -> None:
+        self.devices.start()  # before the loader is first asked for a batch: its prefetch counts
+
+    def step_begins(self, step: int) -> None:
+        self.devices.start()  # in case the loop was not announced: the first step is the start (idempotent)
+
+    def step_ends(self, step: StepEnd) -> None:
+        self.devices.mark()
+        self.profiler.step(begin=step.began_at, data_wait_s=step.data_wait_s, compute_s=step.compute_s,
+                           samples=step.samples)
+
+    def evaluated(self, evaluation: Evaluation) -> None:
+        self.profiler.excluded(evaluation.seconds)
+
+    def saved(self, save: Save) -> None:
+        self.profiler.checkpoint(seconds=save.seconds, step=save.step, bytes_written=save.bytes_written)
+
+    def finish(self) -> dict[str, Any] | None:
+        """Collective: every rank calls it. Rank 0 writes the files and returns the profile."""
+        self.loader.reads_sink = None
+        # a next window's first batch prepared ahead was read from storage like any other
+        undelivered = getattr(self.loader, "undelivered_reads", None)
+        for reads in undelivered() if callable(undelivered) else ():
+            self.profiler.batch(reads)
+        sizes = getattr(self.loader, "window_sizes", None)  # StreamingLoader: batches of each window begun
+        if isinstance(sizes, dict) and sizes:
+            self.profiler.setup = dataclasses.replace(self.profiler.setup, window_batches=int(sizes[min(sizes)]))
+        parts = gather_objects(self.profiler.part(block_device=self.devices.part()))
+        if self.rank != 0:
+            return None
+        if not any(p["steps"]["wall_s"] for p in parts):
+            print("[load] no training step ran in this launch: no load profile written", flush=True)
+            return None
+        try:  # a measurement: whatever goes wrong here never fails a run that trained
+            profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
+                            dataset=self.dataset)
+            write_profile(self.run_dir, profile)
+            print(summary_line(profile), flush=True)
+            from storage.load_profile.plots import write_plots
+
+            written = write_plots(profile, self.run_dir / PLOTS_DIR)
+        except Exception as error:  # noqa: BLE001
+            print(f"[load] load profile not (fully) written: {type(error).__name__}: {error}", flush=True)
+            return None
+        print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
+              f"export: python -m storage.dlio export {self.run_dir}", flush=True)
+        return profile
+
+
+def write_profile(run_dir: Path, profile: dict[str, Any]) -> Path:
+    """Writes load_profile.json atomically, keeping an earlier launch's profile under its own name."""
+    path = run_dir / PROFILE_FILE
+    if path.exists() and profile.get("start_step", 0) > 0:
+        try:
+            previous = json.loads(path.read_text())
+            last = previous.get("start_step", 0) + previous.get("totals", {}).get("steps", 0)
+            os.replace(path, run_dir / f"load_profile.until_step{last}.json")
+        except (OSError, ValueError, AttributeError):
+            pass  # an unreadable earlier profile is replaced
+    staging = path.with_suffix(".json.tmp")
+    staging.write_text(json.dumps(profile, indent=1) + "\n")
+    os.replace(staging, path)
+    return path

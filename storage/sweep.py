@@ -1,0 +1,586 @@
+"""How many accelerators of one kind can this storage keep busy? (MLPerf Storage's question.)
+
+Runs a benchmark's emulated-accelerator training (`common.RunConfig.emulate`) at 1, 2, 4, 8, ...
+ranks, each rank one emulated accelerator, reads each run's emulation.json and stops after the
+first count whose mean accelerator utilisation (AU) is under the workload's threshold, or at
+--max-accelerators. The answer is MLPerf Storage's: the most accelerators with AU >= threshold,
+with the storage load the loaders put on the storage there.
+
+    python -m storage.sweep --benchmark flux --accelerator b200 \\
+        --gin_config flux/configs/debug.gin --gin_bindings 'flux.DataConfig.data_root = "/data"' \\
+        [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
+
+Written to --out (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>):
+
+    runs/<package>/n<N>/   each point's run directory (emulation.json, load_profile.json, ...)
+    runs/n<N>.log          each point's console
+    sweep.json             every point's figures and the headline
+    sweep.md, sweep.png    the table; AU and MB/s against the accelerator count
+
+--dlio also replays each point with DLIO 2.0.0 (storage.dlio.replay): DLIO generates its own
+data for the run's workload, the data is dropped from the page cache, and DLIO trains on it at
+the run's world size with the compute time the run measured. Its data must be on the storage
+under test: by default under --out when that is on the dataset's filesystem, else give
+--dlio-work-dir there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ("flux", "retinanet", "recommendation_v4")
+FORMAT = "mlperf-emulation-sweep"
+VERSION = 1
+SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
+# the bindings the sweep sets itself at every point; the same binding from the user would be lost
+SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
+                  "common.RunConfig.max_steps")
+LOG_TAIL_LINES = 30
+# torch on CPU now and then aborts a rank in native code as it winds down, after its work is done
+# (see tests/trainers/trainer_process.py): such a launch is relaunched, at most RELAUNCHES times
+NATIVE_TEARDOWN_ABORT = "terminate called without an active exception"
+RELAUNCHES = 2
+
+
+class SweepError(RuntimeError):
+    """A usage or setup problem, on one line naming the flag or file."""
+
+
+class PointFailed(SweepError):
+    """A point that did not produce its figures: the command and the tail of its log follow."""
+
+
+# ---------------------------------------------------------------------------- figures and rules
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """What one run at one accelerator count measured (ours or DLIO's); None where not known."""
+
+    accelerators: int
+    au_mean: float
+    passed: bool
+    au_min: float | None = None
+    samples_per_s: float | None = None
+    mb_per_s: float | None = None  # what the loaders asked for (logical), 1e6 B
+    read_iops: float | None = None  # the loaders' read calls per second
+    device_mb_per_s: float | None = None  # what the block device served
+    device_read_iops: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    figures: Figures
+    au_threshold: float
+    run: dict[str, Any]  # run_dir, log, command, seconds, launches, bytes_per_sample
+    dlio: Figures | None = None
+    dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
+
+
+def counts(max_accelerators: int) -> list[int]:
+    """1, 2, 4, ... up to max_accelerators, which is always the last count (power of two or not)."""
+    if max_accelerators < 1:
+        raise SweepError(f"--max-accelerators must be >= 1, got {max_accelerators}")
+    doubling = [2 ** k for k in range(max_accelerators.bit_length())]  # integers: no float log2 to round
+    return doubling if doubling[-1] == max_accelerators else doubling + [max_accelerators]
+
+
+def next_count(done: Sequence[Figures], max_accelerators: int) -> int | None:
+    """The count to run next, or None: the sweep stops after the first count under the AU bar
+    (more accelerators share the same storage, so they would only wait longer) or at the max."""
+    if done and not done[-1].passed:
+        return None
+    last = done[-1].accelerators if done else 0
+    return next((n for n in counts(max_accelerators) if n > last), None)
+
+
+def sweep_counts(measure: Callable[[int], Point], max_accelerators: int) -> list[Point]:
+    """Measures count after count (next_count's rule); `measure` runs one count."""
+    points: list[Point] = []
+    while (n := next_count([p.figures for p in points], max_accelerators)) is not None:
+        points.append(measure(n))
+    return points
+
+
+def headline(figures: Sequence[Figures]) -> dict[str, Any]:
+    """MLPerf Storage's answer: the most accelerators whose mean AU met the bar (0 if none did),
+    with the storage figures there. `lower_bound`: no count failed, so more may pass too."""
+    passing = [f for f in figures if f.passed]
+    best = max(passing, key=lambda f: f.accelerators) if passing else None
+    keys = ("au_mean", "samples_per_s", "mb_per_s", "read_iops", "device_mb_per_s", "device_read_iops")
+    return {"accelerators": best.accelerators if best else 0,
+            **{k: getattr(best, k) if best else None for k in keys},
+            "lower_bound": bool(figures) and all(f.passed for f in figures)}
+
+
+# ---------------------------------------------------------------------------- one point
+
+def figures_of_report(report: Mapping[str, Any]) -> Figures:
+    """An emulation.json (storage.emulation.report) as the sweep's figures."""
+    storage = report.get("storage") or {}
+    return Figures(accelerators=int(report["accelerators"]), au_mean=float(report["au"]["mean"]),
+                   au_min=float(report["au"]["min"]), passed=bool(report["passed"]),
+                   samples_per_s=report.get("samples_per_s"), mb_per_s=storage.get("mb_per_s"),
+                   read_iops=storage.get("read_iops"), device_mb_per_s=storage.get("device_mb_per_s"),
+                   device_read_iops=storage.get("device_read_iops"))
+
+
+def _gin_string(value: str | Path) -> str:
+    # a gin string literal: JSON's double-quoted escapes are ones gin's Python-like strings read
+    return json.dumps(str(value))
+
+
+def point_command(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequence[Path],
+                  gin_bindings: Sequence[str], runs_root: Path, steps: int) -> list[str]:
+    """The trainer launch of one point, as users launch it: plain python for one rank, torchrun for
+    more. The sweep's own bindings come last so that they win."""
+    launcher = [sys.executable] if n == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
+    cmd = launcher + ["-m", f"{benchmark}.train"]
+    for config in gin_configs:
+        cmd += ["--gin_config", str(config)]
+    ours = [f"common.RunConfig.emulate = {_gin_string(accelerator)}",
+            f"common.RunConfig.output_root = {_gin_string(runs_root)}",
+            f"common.RunConfig.run_name = {_gin_string(f'n{n}')}",
+            f"common.RunConfig.max_steps = {steps}"]
+    for binding in [*gin_bindings, *ours]:
+        cmd += ["--gin_bindings", binding]
+    return cmd
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line[:300] for line in text[-lines:])
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Ends the launch and every rank and loader worker it started (its own session), and only those."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=15)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _launch(cmd: list[str], *, log: Path, timeout_s: float | None) -> int | None:
+    """Runs `cmd` with its console in `log`; its exit status, or None when it ran past timeout_s."""
+    # one intra-op thread per rank: the ranks only sleep and load, and they share the host's cores
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            return None
+        except BaseException:  # Ctrl-C reaches only us (the launch has its own session): end it too
+            _stop_group(proc)
+            raise
+
+
+def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | None) -> tuple[dict, dict[str, Any]]:
+    """Runs one point; (its emulation.json, how it ran). PointFailed when it fails or times out."""
+    from storage.emulation.report import read_report
+
+    started = time.monotonic()
+    for launch in range(1, RELAUNCHES + 2):
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing of an earlier launch may be read
+        code = _launch(cmd, log=log, timeout_s=timeout_s)
+        aborted = code not in (0, None) and NATIVE_TEARDOWN_ABORT in log.read_text(errors="replace")
+        if not aborted or launch > RELAUNCHES:
+            break
+        print(f"[sweep] a rank aborted in torch's teardown ({NATIVE_TEARDOWN_ABORT!r}); launching again", flush=True)
+    what = f"timed out after {timeout_s:.0f} s" if code is None else f"exited {code}"
+    if code != 0:
+        raise PointFailed(f"{run_dir.name} {what}: {shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}")
+    try:
+        report = read_report(run_dir)
+    except ValueError as error:
+        raise PointFailed(f"{run_dir.name}: {error} (is common.RunConfig.emulate honoured by this trainer?): "
+                          f"{shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}") from None
+    run = {"run_dir": str(run_dir), "log": str(log), "command": shlex.join(cmd),
+           "seconds": round(time.monotonic() - started, 2), "launches": launch,
+           "bytes_per_sample": report.get("bytes_per_sample")}
+    return report, run
+
+
+# ---------------------------------------------------------------------------- DLIO
+
+def _filesystem(path: Path) -> int:
+    """st_dev of `path`, or of its nearest existing parent (a folder still to be made)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return os.stat(path).st_dev
+
+
+def dataset_root(run_dir: Path) -> Path:
+    """The dataset a run read, as its load profile records it."""
+    from storage.load_profile.session import PROFILE_FILE
+
+    path = run_dir / PROFILE_FILE
+    try:
+        return Path(json.loads(path.read_text())["dataset"]["root"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SweepError(f"{path}: no dataset root in the load profile ({error!r}); "
+                         "--dlio needs it to put DLIO's data on the same storage") from None
+
+
+def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path) -> Path:
+    """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage."""
+    if requested is not None:
+        if _filesystem(requested) != _filesystem(dataset):
+            print(f"[sweep] warning: --dlio-work-dir {requested} is not on the filesystem of the dataset {dataset}: "
+                  "DLIO's figures then describe other storage", flush=True)
+        return requested / out.name  # a folder of its own: sweeps sharing the flag do not clobber each other
+    default = out / "dlio-work"
+    if _filesystem(default) != _filesystem(dataset):
+        raise SweepError(f"--dlio: {out} is not on the filesystem of the dataset {dataset}, so DLIO would read other "
+                         f"storage; give --dlio-work-dir, a folder on the dataset's filesystem (e.g. beside "
+                         f"{dataset.parent})")
+    return default
+
+
+def _evict_before_training(evictions: list[dict[str, Any]]) -> Callable[[Path], None]:
+    """replay()'s before_train hook: DLIO's freshly written data leaves the page cache (flushed first,
+    since dirty pages cannot be dropped), so DLIO reads it cold as our loaders read the dataset."""
+    from storage.host.page_cache import evict
+
+    def hook(data: Path) -> None:
+        eviction = evict([data], flush=True)
+        evictions.append({"files": eviction.files, "bytes": eviction.bytes, "seconds": round(eviction.seconds, 3),
+                          "resident_before_bytes": eviction.resident_before_bytes,
+                          "resident_after_bytes": eviction.resident_after_bytes})
+        print(f"[sweep] evicted DLIO's {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB) from the page cache",
+              flush=True)
+
+    return hook
+
+
+def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float,
+               timeout_s: float | None) -> tuple[Figures, dict[str, Any]]:
+    """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
+    from storage.host.page_cache import PageCacheError
+    from storage.dlio.export import ExportError, export
+    from storage.dlio.replay import DlioEnvError, ReplayError, replay
+
+    evictions: list[dict[str, Any]] = []
+    try:
+        export(run_dir)
+        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions))
+    except (ExportError, ReplayError, DlioEnvError, PageCacheError) as error:
+        raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
+    au = float(result.replayed["au"])
+    figures = Figures(accelerators=n, au_mean=au, passed=au >= au_threshold,
+                      samples_per_s=float(result.replayed["samples_per_s"]),
+                      mb_per_s=float(result.replayed["mb_per_s"]))
+    details = {"result": str(result.result_path), "work_dir": str(work), "seconds": result.seconds,
+               "eviction": evictions[0] if evictions else None, "commands": result.commands}
+    return figures, details
+
+
+# ---------------------------------------------------------------------------- outputs
+
+def _number(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _au(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _bar(threshold: float | None) -> str:
+    # 90%, 85%, 0.5%: as exact as the bar was given, without trailing zeros
+    return "n/a" if threshold is None else f"{threshold * 100:g}%"
+
+
+def _pass(figures: Figures | None) -> str:
+    return "n/a" if figures is None else ("yes" if figures.passed else "no")
+
+
+def markdown_table(points: Sequence[Point]) -> str:
+    """One row per count: our figures, then DLIO's when any point has them."""
+    with_dlio = any(p.dlio is not None for p in points)
+    header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
+              "device IOPS"] + (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    for point in points:
+        f = point.figures
+        row = [str(f.accelerators), _au(f.au_mean), _au(f.au_min), _pass(f), _number(f.samples_per_s, ",.1f"),
+               _number(f.mb_per_s, ",.2f"), _number(f.read_iops, ",.0f"), _number(f.device_mb_per_s, ",.2f"),
+               _number(f.device_read_iops, ",.0f")]
+        if with_dlio:
+            d = point.dlio
+            row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
+                    _number(d.mb_per_s if d else None, ",.2f")]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def headline_text(best: Mapping[str, Any], threshold: float | None) -> str:
+    """'N accelerators at AU >= T (X MB/s, Y IOPS)', the figures logical (what the loaders asked)."""
+    return (f"{best['accelerators']} accelerators at AU >= {_bar(threshold)} "
+            f"({_number(best['mb_per_s'], ',.2f')} MB/s, {_number(best['read_iops'], ',.0f')} IOPS)")
+
+
+def _threshold(points: Sequence[Point]) -> float | None:
+    return points[0].au_threshold if points else None
+
+
+def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], failure: str | None) -> dict[str, Any]:
+    """sweep.json's content: the settings, every point, our headline and DLIO's."""
+    ours = headline([p.figures for p in points])
+    dlio_figures = [p.dlio for p in points if p.dlio is not None]
+    return {
+        "format": FORMAT, "version": VERSION, **settings,
+        "au_threshold": _threshold(points),
+        "points": [{**dataclasses.asdict(p.figures), "au_threshold": p.au_threshold, **p.run,
+                    "dlio": None if p.dlio is None else {**dataclasses.asdict(p.dlio), **(p.dlio_run or {})}}
+                   for p in points],
+        "headline": ours,
+        "dlio_headline": headline(dlio_figures) if settings.get("dlio") else None,
+        "failure": failure,
+    }
+
+
+def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> str:
+    threshold = document["au_threshold"]
+    lines = [f"# {document['benchmark']} on {document['accelerator']}: how many accelerators the storage keeps busy",
+             "", f"AU threshold {_bar(threshold)}; {document['steps']} steps per point; at most "
+                 f"{document['max_accelerators']} accelerators.", "", markdown_table(points), "",
+             f"**Headline**: {headline_text(document['headline'], threshold)}; device "
+             f"{_number(document['headline']['device_mb_per_s'], ',.2f')} MB/s, "
+             f"{_number(document['headline']['device_read_iops'], ',.0f')} IOPS."]
+    if document["headline"]["lower_bound"]:
+        lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
+                     "accelerators busy (raise --max-accelerators).")
+    if document["dlio_headline"] is not None:
+        bound = " (every count run passed)" if document["dlio_headline"]["lower_bound"] else ""
+        lines.append(f"\n**DLIO 2.0.0**: {headline_text(document['dlio_headline'], threshold)}{bound}; "
+                     "MB/s = samples/s x the bytes a sample costs on disk; IOPS not measured.")
+    if document["failure"]:
+        lines += ["", "**The sweep stopped on a failed point:**", "", "```", document["failure"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(points: Sequence[Point], path: Path, *, title: str) -> None:
+    """AU (with the threshold) and MB/s against the accelerator count, DLIO's beside ours."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display where sweeps run
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, layout="constrained")
+    _plot_au(top, points)
+    _plot_mb(bottom, points)
+    bottom.set_xscale("log", base=2)
+    bottom.set_xticks([p.figures.accelerators for p in points], [str(p.figures.accelerators) for p in points])
+    bottom.set_xlabel("accelerators")
+    top.set_title(title, fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _line(ax, points: Sequence[Point], get: Callable[[Point], float | None], style: str, label: str, **kw) -> None:
+    """One series against the accelerator count; points without the figure are left out, and a
+    series without any (DLIO's, when not run) is not drawn, so the legend names only what is there."""
+    pairs = [(p.figures.accelerators, get(p)) for p in points]
+    kept = [(n, v) for n, v in pairs if v is not None]
+    if kept:
+        ax.plot([n for n, _ in kept], [v for _, v in kept], style, label=label, **kw)
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else value * 100
+
+
+def _plot_au(ax, points: Sequence[Point]) -> None:
+    _line(ax, points, lambda p: _percent(p.figures.au_mean), "o-", "AU mean")
+    _line(ax, points, lambda p: _percent(p.figures.au_min), "v:", "AU min (rank)", alpha=0.6)
+    _line(ax, points, lambda p: _percent(p.dlio.au_mean) if p.dlio else None, "s--", "DLIO 2.0.0 AU")
+    if points:
+        ax.axhline(points[0].au_threshold * 100, color="k", lw=1, ls="--",
+                   label=f"threshold {_bar(points[0].au_threshold)}")
+    ax.set_ylabel("AU (%)")
+    ax.legend(fontsize=7, loc="lower left")
+
+
+def _plot_mb(ax, points: Sequence[Point]) -> None:
+    _line(ax, points, lambda p: p.figures.mb_per_s, "o-", "MB/s asked (loaders)")
+    _line(ax, points, lambda p: p.figures.device_mb_per_s, "^-", "MB/s from the device")
+    _line(ax, points, lambda p: p.dlio.mb_per_s if p.dlio else None, "s--", "DLIO 2.0.0 MB/s")
+    ax.set_ylabel("MB/s (1e6 B)")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],
+                  failure: str | None, with_plot: bool = True) -> dict[str, Any]:
+    """sweep.json always; sweep.md and sweep.png with `with_plot` (the end of the sweep)."""
+    document = sweep_document(settings=settings, points=points, failure=failure)
+    staging = out / (SWEEP_FILE + ".tmp")
+    staging.write_text(json.dumps(document, indent=2) + "\n")
+    staging.replace(out / SWEEP_FILE)  # a reader never sees half a file, even mid-sweep
+    if with_plot:
+        (out / TABLE_FILE).write_text(markdown_document(document, points))
+        if points:
+            plot(points, out / PLOT_FILE, title=f"{document['benchmark']} on {document['accelerator']}")
+    return document
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.sweep",
+        description="Emulated-accelerator runs at 1, 2, 4, ... ranks until the mean AU falls under the workload's "
+                    "threshold: the most accelerators of a kind this storage keeps busy (MLPerf Storage's answer).")
+    parser.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="the trainer package")
+    parser.add_argument("--accelerator", required=True,
+                        help="an accelerator of storage/emulation/compute_times.csv (or any name, with "
+                             "storage.Emulation.seconds_per_step and .batch_per_accelerator bound)")
+    parser.add_argument("--gin_config", action="append", required=True, type=Path,
+                        help="the trainer's gin file (repeatable)")
+    parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")
+    parser.add_argument("--max-accelerators", type=int, default=64, help="the last count tried (default 64)")
+    parser.add_argument("--steps", type=int, default=50, help="training steps per point (default 50)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>)")
+    parser.add_argument("--timeout-s", type=float, default=None, help="time limit of each point's run (and DLIO's)")
+    parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold")
+    parser.add_argument("--dlio-work-dir", type=Path, default=None,
+                        help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
+                             "when --out is there)")
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """SweepError naming the flag for what argparse cannot check."""
+    counts(args.max_accelerators)
+    if args.steps < 2:  # AU counts the steps after the first: one step has none
+        raise SweepError(f"--steps must be >= 2 (AU is measured over the steps after the first), got {args.steps}")
+    if args.timeout_s is not None and args.timeout_s <= 0:
+        raise SweepError(f"--timeout-s must be > 0, got {args.timeout_s}")
+    for config in args.gin_config:
+        if not config.is_file():
+            raise SweepError(f"--gin_config {config}: no such file")
+    for binding in args.gin_bindings:
+        name = binding.split("=", 1)[0].strip()
+        if name in SWEEP_BINDINGS:
+            raise SweepError(f"--gin_bindings {binding!r}: the sweep sets {name} itself at every point "
+                             "(use --accelerator, --out, --steps)")
+    if args.dlio_work_dir is not None and not args.dlio:
+        raise SweepError("--dlio-work-dir is only used with --dlio")
+
+
+def output_folder(args: argparse.Namespace) -> Path:
+    """--out, made fresh: an earlier sweep's run directories would otherwise be read as this one's."""
+    out = args.out or Path("runs") / "sweeps" / f"{args.benchmark}_{args.accelerator}_{time.strftime('%Y%m%d-%H%M%S')}"
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()):
+        raise SweepError(f"--out {out}: exists and is not empty; give a new folder")
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    return out
+
+
+class Sweep:
+    """One sweep's settings and the measurement of one count (ours, then DLIO's with --dlio)."""
+
+    def __init__(self, args: argparse.Namespace, out: Path) -> None:
+        self.args, self.out = args, out
+        self.gin_configs = [c.resolve() for c in args.gin_config]  # the launch runs in the repository root
+        self.dlio_root: Path | None = None
+        self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    def settings(self) -> dict[str, Any]:
+        a = self.args
+        return {"benchmark": a.benchmark, "accelerator": a.accelerator, "max_accelerators": a.max_accelerators,
+                "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": a.gin_bindings,
+                "dlio": a.dlio, "out": str(self.out), "created": self.created}
+
+    def measure(self, n: int) -> Point:
+        a = self.args
+        cmd = point_command(benchmark=a.benchmark, accelerator=a.accelerator, n=n, gin_configs=self.gin_configs,
+                            gin_bindings=a.gin_bindings, runs_root=self.out / "runs", steps=a.steps)
+        run_dir, log = self.out / "runs" / a.benchmark / f"n{n}", self.out / "runs" / f"n{n}.log"
+        print(f"[sweep] {n} x {a.accelerator}: {shlex.join(cmd)}", flush=True)
+        report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s)
+        figures = figures_of_report(report)
+        print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
+              f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "
+              f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, {run['seconds']:.0f} s", flush=True)
+        return Point(figures=figures, au_threshold=float(report["au_threshold"]), run=run)
+
+    def with_dlio(self, point: Point, n: int) -> Point:
+        run_dir = Path(point.run["run_dir"])
+        if self.dlio_root is None:
+            self.dlio_root = dlio_work_root(self.args.dlio_work_dir, out=self.out, dataset=dataset_root(run_dir))
+        figures, details = dlio_point(run_dir, n=n, work=self.dlio_root / f"n{n}", au_threshold=point.au_threshold,
+                                      timeout_s=self.args.timeout_s)
+        print(f"[sweep] {n} x DLIO 2.0.0: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
+              f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
+        return dataclasses.replace(point, dlio=figures, dlio_run=details)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    out = output_folder(args)
+    sweep = Sweep(args, out)
+    points: list[Point] = []
+    failure = None
+
+    def measure(n: int) -> Point:
+        # kept (and sweep.json rewritten) as soon as measured: a DLIO failure after our run keeps ours
+        points.append(sweep.measure(n))
+        write_outputs(out, settings=sweep.settings(), points=points, failure=None, with_plot=False)
+        if args.dlio:
+            points[-1] = sweep.with_dlio(points[-1], n)
+            write_outputs(out, settings=sweep.settings(), points=points, failure=None, with_plot=False)
+        return points[-1]
+
+    try:
+        sweep_counts(measure, args.max_accelerators)
+    except SweepError as error:  # a failed point: what was measured is still written
+        failure = str(error)
+    document = write_outputs(out, settings=sweep.settings(), points=points, failure=failure)
+    print(markdown_table(points), flush=True)
+    if failure:
+        print(f"[sweep] error: {failure}", file=sys.stderr, flush=True)
+        return 1
+    threshold = document["au_threshold"]
+    if document["dlio_headline"] is not None:
+        print(f"[sweep] DLIO 2.0.0: {headline_text(document['dlio_headline'], threshold)}", flush=True)
+    print(f"[sweep] {args.benchmark} on {args.accelerator}: {headline_text(document['headline'], threshold)} -> {out}",
+          flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        check_arguments(args)
+        return run_sweep(args)  # reports a failed point itself (exit 1)
+    except SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Fixtures of the storage/ tests: the DLIO 2.0.0 environment the replay and datagen tests run in."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+
+
+@pytest.fixture(scope="session")
+def dlio_env():
+    """.venv-dlio, built on first use; skips with one line where it cannot be built, fails under
+    MLPERF_REQUIRE_DLIO=1 (CI)."""
+    try:
+        return ensure_dlio_env()
+    except DlioEnvError as error:
+        if os.environ.get("MLPERF_REQUIRE_DLIO") == "1":
+            pytest.fail(f"the DLIO 2.0.0 env is required here and could not be built: {error}")
+        pytest.skip(f"no DLIO 2.0.0 env: {error}")

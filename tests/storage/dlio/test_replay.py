@@ -1,0 +1,131 @@
+"""The replay's input checks and figures: everything that needs no DLIO environment (fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storage.dlio import replay as replay_module
+from storage.load_profile.profiler import FORMAT, VERSION
+from storage.dlio.replay import ReplayError, ReplayResult, bytes_per_sample, check_workload, replay
+from storage.dlio.replay_cli import main as cli_main
+from storage.load_profile.session import write_profile
+from tests.storage.load_profile.profiles import known_profile
+
+WORKLOAD = {
+    "model": "retinanet_replay", "framework": "pytorch",
+    "workflow": {"generate_data": False, "train": True},
+    "dataset": {"format": "npy", "num_files_train": 16, "num_samples_per_file": 1, "record_length": 3150},
+    "reader": {"data_loader": "pytorch", "batch_size": 4, "read_threads": 2, "sample_shuffle": "seed"},
+    "train": {"total_training_steps": 2, "computation_time": 0.05},
+}
+
+
+@pytest.fixture(autouse=True)
+def no_dlio_env(monkeypatch):
+    # every case here must fail (or finish) before the DLIO env is needed
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the DLIO env was asked for")
+
+    monkeypatch.setattr(replay_module, "ensure_dlio_env", refuse)
+
+
+def _run(tmp_path: Path, profile: dict | None = None, workloads: int = 1) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_profile(run, profile if profile is not None else known_profile(world_size=2))
+    for i in range(workloads):
+        path = run / "dlio" / "dlio-2.0.0" / "workload" / f"w{i}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(WORKLOAD))
+    return run
+
+
+def _one_line_error(run: Path, match: str) -> str:
+    with pytest.raises(ReplayError, match=match) as caught:
+        replay(run)
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_missing_run_dir_and_profile(tmp_path):
+    _one_line_error(tmp_path / "nowhere", "not a directory")
+    run = _run(tmp_path)
+    (run / "load_profile.json").unlink()
+    assert "load_profile.json" in _one_line_error(run, "no load profile")
+
+
+def test_not_json_and_not_a_load_profile(tmp_path):
+    run = _run(tmp_path, profile={"format": "something-else", "version": VERSION})
+    _one_line_error(run, "not a load profile")
+    (run / "load_profile.json").write_text("{ nope")
+    _one_line_error(run, "not readable JSON")
+
+
+def test_older_version(tmp_path):
+    run = _run(tmp_path, profile={"format": FORMAT, "version": VERSION - 1, "world_size": 1, "totals": {}})
+    message = _one_line_error(run, "older version")
+    assert "load_profile.json" in message
+
+
+def test_missing_totals_field(tmp_path):
+    profile = known_profile(world_size=2)
+    del profile["totals"]["au"]
+    _one_line_error(_run(tmp_path, profile=profile), r"totals\.au")
+
+
+def test_missing_or_ambiguous_workload_yaml(tmp_path):
+    run = _run(tmp_path, workloads=0)
+    assert "dlio-2.0.0/workload" in _one_line_error(run, "no workload YAML")
+    for name in ("a.yaml", "b.yaml"):
+        (run / "dlio" / "dlio-2.0.0" / "workload").mkdir(parents=True, exist_ok=True)
+        (run / "dlio" / "dlio-2.0.0" / "workload" / name).write_text(yaml.safe_dump(WORKLOAD))
+    _one_line_error(run, "2 workload YAMLs")
+
+
+@pytest.mark.parametrize("section, change, match", [
+    ("reader", {"sample_shuffle": False}, "boolean"),  # a bare `off` in YAML
+    ("reader", {"read_type": "on_demand"}, "read_type"),
+    ("dataset", {"num_files_train": 15}, "multiple of the 2 ranks"),
+    ("dataset", {"format": "indexed_binary", "num_files_train": 2, "num_samples_per_file": 8}, "more files than ranks"),
+    ("dataset", {"format": "parquet"}, "parquet"),
+    ("train", {"total_training_steps": 3}, "total_training_steps 3"),
+])
+def test_workload_traps_of_dlio_2(tmp_path, section, change, match):
+    workload = json.loads(json.dumps(WORKLOAD))
+    workload[section].update(change)
+    with pytest.raises(ReplayError, match=match) as caught:
+        check_workload(tmp_path / "w.yaml", workload, world_size=2)
+    assert "\n" not in str(caught.value)
+    check_workload(tmp_path / "w.yaml", WORKLOAD, world_size=2)  # the unchanged one passes
+
+
+def test_cli_prints_one_error_line_and_exits_2(tmp_path, capsys):
+    assert cli_main(["replay", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+
+
+def test_bytes_per_sample_leaves_out_index_files(tmp_path):
+    (tmp_path / "a.indexed_binary").write_bytes(b"x" * 400)
+    (tmp_path / "a.indexed_binary.off.idx").write_bytes(b"x" * 32)
+    (tmp_path / "a.indexed_binary.sz.idx").write_bytes(b"x" * 32)
+    assert bytes_per_sample(tmp_path, "indexed_binary", samples_per_file=4) == (100.0, 1)
+    # a whole-file reader loads the whole file for each of its samples
+    (tmp_path / "b.npy").write_bytes(b"x" * 528)
+    assert bytes_per_sample(tmp_path, "npy", samples_per_file=4) == (528.0, 1)
+
+
+def test_result_ratios_and_table(tmp_path):
+    result = ReplayResult(benchmark="retinanet", workload="w", dataset_format="npy", world_size=1,
+                          measured={"samples_per_s": 100.0, "mb_per_s": 0.0, "au": 0.8},
+                          replayed={"samples_per_s": 90.0, "mb_per_s": 0.3, "au": 0.72}, bytes_per_sample=3264.0,
+                          dlio_nominal_mib_per_s=0.27, replayed_steps=10, seconds={}, commands={},
+                          result_path=tmp_path / "r.json")
+    assert result.ratios == {"samples_per_s": pytest.approx(0.9), "mb_per_s": None, "au": pytest.approx(0.9)}
+    table = result.table()
+    assert "0.900" in table and "n/a" in table
+    assert json.loads(json.dumps(result.as_json()))["ratio"]["mb_per_s"] is None

@@ -1,0 +1,61 @@
+"""Resolving `common.RunConfig.emulate` and `storage.Emulation.*` into one emulated accelerator."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.config.checks import ConfigError
+from storage.emulation.settings import CONFIGURED_BATCH, Emulation, resolve
+
+
+def test_a_table_accelerator_takes_the_tables_batch_time_and_threshold():
+    acc = resolve("B200", Emulation(), benchmark="flux")
+    assert acc.name == "b200"
+    assert acc.global_batch_size(1024, world_size=4) == 48 * 4
+    assert acc.seconds_per_step(48) == pytest.approx(1.35)
+    assert acc.au_threshold == pytest.approx(0.90)
+    assert acc.source(48).startswith("compute_times.csv: MLPerf Storage flux_b200")
+
+
+def test_the_package_name_finds_the_dlrm_rows():
+    acc = resolve("b200", Emulation(), benchmark="recommendation_v4")
+    assert acc.row.benchmark == "dlrm" and acc.au_threshold == pytest.approx(0.70)
+
+
+def test_bindings_override_the_table():
+    settings = Emulation(seconds_per_step=0.25, batch_per_accelerator=3, au_threshold=0.5)
+    acc = resolve("h100", settings, benchmark="retinanet")
+    assert acc.global_batch_size(8, world_size=2) == 6
+    assert acc.seconds_per_step(3) == 0.25
+    assert acc.au_threshold == 0.5
+    assert acc.source(3) == "storage.Emulation.seconds_per_step"
+
+
+def test_the_configured_batch_scales_the_tables_time():
+    acc = resolve("b200", Emulation(batch_per_accelerator=CONFIGURED_BATCH), benchmark="retinanet")
+    assert acc.global_batch_size(16, world_size=2) == 16
+    assert acc.seconds_per_step(8) == pytest.approx(0.04755 * 8 / 24)
+    assert "scaled from batch 24 to 8" in acc.source(8)
+
+
+def test_no_accelerator_is_a_real_run():
+    assert resolve("", Emulation(), benchmark="flux") is None
+
+
+def test_an_unknown_accelerator_names_the_binding_and_the_known_ones():
+    with pytest.raises(ConfigError) as error:
+        resolve("tpu9", Emulation(), benchmark="flux")
+    text = str(error.value)
+    assert "common.RunConfig.emulate='tpu9'" in text and "b200" in text and "storage.Emulation.seconds_per_step" in text
+
+
+def test_an_unknown_accelerator_with_its_own_figures_keeps_the_workloads_threshold():
+    acc = resolve("tpu9", Emulation(seconds_per_step=0.1, batch_per_accelerator=4), benchmark="retinanet")
+    assert acc.seconds_per_step(4) == 0.1 and acc.au_threshold == pytest.approx(0.85)
+
+
+@pytest.mark.parametrize("field,value", [("seconds_per_step", -1.0), ("au_threshold", 1.5),
+                                         ("batch_per_accelerator", -2), ("evict_page_cache", "yes")])
+def test_bad_settings_name_their_binding(field, value):
+    with pytest.raises(ConfigError, match=f"storage.Emulation.{field}"):
+        Emulation(**{field: value})

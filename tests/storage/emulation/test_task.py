@@ -1,0 +1,55 @@
+"""The emulated accelerator's step: it holds for the drawn compute time and measures its AU."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from storage.emulation.task import EmulatedTask, hold
+from common.run.task import StepContext
+
+
+@pytest.mark.parametrize("seconds", [0.0003, 0.004, 0.03])
+def test_hold_blocks_for_the_time_asked(seconds):
+    held = hold(seconds)
+    assert seconds <= held < seconds + 0.004
+
+
+def _task(**overrides):
+    fields = dict(seconds_per_step=0.01, stdev_s=0.0, seed=3, rank=0, count_samples=len)
+    return EmulatedTask(**{**fields, **overrides})
+
+
+def test_draws_are_seeded_per_rank_and_clipped_at_zero():
+    a, b, other = _task(stdev_s=0.02), _task(stdev_s=0.02), _task(stdev_s=0.02, rank=1)
+    draws_a = [a._draw() for _ in range(50)]
+    assert draws_a == [b._draw() for _ in range(50)]
+    assert draws_a != [other._draw() for _ in range(50)]
+    assert min(draws_a) == 0.0 and max(draws_a) > 0.01  # mean 0.01, stdev 0.02: some clip, some exceed
+
+
+def test_a_step_reports_its_samples_a_zero_loss_and_the_time_it_held():
+    out = _task().train_step([1, 2, 3], StepContext(step=0, lr=None))
+    assert out.samples == 3 and float(out.loss) == 0.0
+    assert 0.01 <= out.compute_s < 0.02
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.01, 0.03])
+def test_au_is_compute_over_wall_after_the_first_step(gap_s):
+    task = _task()
+    time.sleep(0.05)  # before the first step: left out, as DLIO leaves it out
+    for step in range(8):
+        task.train_step([0], StepContext(step=step, lr=None))
+        time.sleep(gap_s)  # the data wait of the next step
+    expected = 0.01 / (0.01 + gap_s)
+    stats = task.utilisation()
+    assert stats["steps"] == 8 and stats["samples"] == 8 and stats["samples_timed"] == 7
+    assert stats["au"] == pytest.approx(expected, rel=0.15)
+
+
+def test_an_emulated_task_has_nothing_to_evaluate_or_save():
+    task = _task()
+    assert task.app_state() == {} and tuple(task.scheduled_optimizers()) == ()
+    with pytest.raises(RuntimeError, match="no model to evaluate"):
+        task.evaluate(None)

@@ -1,0 +1,122 @@
+"""Finding and pausing the host's proactive reclaim, on fake sysfs trees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage.host.proactive_reclaim import find_reclaimers, paused, warning
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def _kdamond(sysfs: Path, index: int, *, state: str = "on", action: str = "pageout", age: int = 12,
+             aggr_us: int = 5_000_000) -> Path:
+    kdamond = sysfs / "kernel" / "mm" / "damon" / "admin" / "kdamonds" / str(index)
+    _write(kdamond / "state", state)
+    _write(kdamond / "pid", "77")
+    context = kdamond / "contexts" / "0"
+    _write(context / "monitoring_attrs" / "intervals" / "aggr_us", str(aggr_us))
+    scheme = context / "schemes" / "0"
+    _write(scheme / "action", action)
+    _write(scheme / "access_pattern" / "age" / "min", str(age))
+    return kdamond
+
+
+def test_a_running_pageout_scheme_is_found_with_its_age_in_seconds(tmp_path):
+    kdamond = _kdamond(tmp_path, 0)
+    (found,) = find_reclaimers(tmp_path)
+    assert found.switch == kdamond / "state" and (found.on, found.off) == ("on", "off")
+    assert found.min_age_s == 60.0  # 12 aggregations of 5 s
+    line = warning([found])
+    assert "DAMON kdamond 0 (pid 77) drops page-cache pages untouched for 60 s or more" in line
+    assert str(kdamond / "state") in line
+
+
+@pytest.mark.parametrize("state, action", [("off", "pageout"), ("on", "lru_deprio"), ("on", "stat")])
+def test_a_stopped_kdamond_or_one_that_does_not_evict_is_not_reclaim(tmp_path, state, action):
+    _kdamond(tmp_path, 0, state=state, action=action)
+    assert find_reclaimers(tmp_path) == [] and warning([]) is None
+
+
+def test_a_host_without_damon_has_none(tmp_path):
+    assert find_reclaimers(tmp_path) == []
+
+
+def test_the_damon_reclaim_module_is_found_with_its_min_age(tmp_path):
+    params = tmp_path / "module" / "damon_reclaim" / "parameters"
+    _write(params / "enabled", "Y")
+    _write(params / "min_age", "120000000")  # microseconds
+    (found,) = find_reclaimers(tmp_path)
+    assert found.name == "the damon_reclaim module" and found.min_age_s == 120.0
+    assert (found.on, found.off) == ("Y", "N")
+    _write(params / "enabled", "N")
+    assert find_reclaimers(tmp_path) == []
+
+
+def test_paused_switches_off_inside_and_back_on_after_an_error(tmp_path):
+    first, second = _kdamond(tmp_path, 0), _kdamond(tmp_path, 1, age=6)
+    found = find_reclaimers(tmp_path)
+    assert [r.min_age_s for r in found] == [60.0, 30.0]
+    with pytest.raises(RuntimeError, match="inside"):
+        with paused(found) as stopped:
+            assert stopped == found
+            assert (first / "state").read_text().strip() == "off" == (second / "state").read_text().strip()
+            raise RuntimeError("inside")
+    assert (first / "state").read_text().strip() == "on" == (second / "state").read_text().strip()
+
+
+def test_a_switch_that_cannot_be_written_is_named_and_the_others_are_restored(tmp_path):
+    first = _kdamond(tmp_path, 0)
+    found = find_reclaimers(tmp_path)
+    broken = _kdamond(tmp_path, 1)
+    found += find_reclaimers(tmp_path)[1:]
+    (broken / "state").unlink()
+    (broken / "state").mkdir()  # writing to a folder fails, as a read-only sysfs file would
+    with pytest.raises(PermissionError, match=r"cannot pause DAMON kdamond 1 .*kdamonds/1/state"):
+        with paused(found):
+            pytest.fail("the body must not run when a reclaimer could not be paused")
+    assert (first / "state").read_text().strip() == "on"
+
+
+_SCRIPT = """
+import signal, sys, time
+from pathlib import Path
+from storage.host.proactive_reclaim import paused_for_storage_runs
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # as the storage scripts do
+with paused_for_storage_runs("[test]", keep=sys.argv[2] == "keep", sysfs=Path(sys.argv[1])) as reclaim:
+    print("inside", reclaim["paused"], flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_script_stopped_by_sigterm_switches_the_reclaim_back_on(tmp_path, keep):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    kdamond = _kdamond(tmp_path / "sys", 0)
+    repo = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path / "sys"), "keep" if keep else "pause"],
+                             cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:  # wait until it is inside the block
+        lines.append(line)
+        if line.startswith("inside"):
+            break
+    assert (kdamond / "state").read_text().strip() == ("on" if keep else "off")
+    child.send_signal(signal.SIGTERM)
+    rest, _ = child.communicate(timeout=30)
+    assert child.returncode == 128 + signal.SIGTERM
+    assert (kdamond / "state").read_text().strip() == "on"
+    said = "".join(lines) + rest
+    if keep:
+        assert "[test] warning: proactive reclaim is on: DAMON kdamond 0" in said and "inside []" in said
+    else:
+        assert "[test] paused DAMON kdamond 0 (pid 77)" in said and "inside ['DAMON kdamond 0 (pid 77)']" in said

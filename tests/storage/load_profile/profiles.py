@@ -1,0 +1,45 @@
+"""A load profile with known numbers, built through the real profiler and merge (for the tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage.load_profile.merge import merge
+from storage.load_profile.profiler import LoaderSetup, LoadProfiler
+from common.data.reads import forget_access_history, note_reads, note_records, recording
+
+BATCH, STEPS, RECORD = 4, 10, 3000
+DEVICE_READS, DEVICE_BYTES = 40, 1 << 20  # what the one device under the data served, host-wide
+
+
+def device_part(host: str = "node0") -> dict:
+    """A rank's block_device part (storage.load_profile.block_device.DeviceReads.part)."""
+    return {"host": host, "devices": [{"device": "vda", "path": "/data", "reads": DEVICE_READS,
+                                       "read_bytes": DEVICE_BYTES}], "unavailable": []}
+
+
+def rank_part(rank: int, world_size: int, *, compute_s: float = 0.05, wait_s: float = 0.01) -> dict:
+    forget_access_history()  # the same, whatever this process profiled before
+    profiler = LoadProfiler(rank=rank, world_size=world_size, device="cpu",
+                            setup=LoaderSetup(batch_size=BATCH, global_batch_size=BATCH * world_size, num_workers=2,
+                                              prefetch_factor=2))
+    for step in range(STEPS):
+        with recording() as reads:
+            for i in range(BATCH):
+                note_reads(f"/data/file{rank}_{step}_{i}.jpg", 0, RECORD + 100 * i)
+            note_records(RECORD + 100 * np.arange(BATCH))
+        profiler.batch(reads[0])
+        # the first step waits 1 s longer for its batch; the others follow back to back
+        begin = 0.0 if step == 0 else 1.0 + step * (compute_s + wait_s)
+        profiler.step(begin=begin, data_wait_s=wait_s + (1.0 if step == 0 else 0.0), compute_s=compute_s,
+                      samples=BATCH * world_size)
+    return profiler.part(block_device=device_part())  # all ranks on one host
+
+
+DATASET = {"format": "jpeg", "root": "/data", "files": 1000, "bytes": 3_150_000, "samples": 1000,
+           "file_bytes_mean": 3150.0, "file_bytes_stdev": 111.8, "image_size": 800}
+
+
+def known_profile(world_size: int = 2) -> dict:
+    parts = [rank_part(r, world_size) for r in range(world_size)]
+    return merge(parts, benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET)
