@@ -6,7 +6,8 @@
 The build reads top to bottom: data -> model (shared seed) -> FSDP2 (or DDP) -> AdamW with a
 linear warm-up -> task, which validates on the step grid the rules derive from the global batch;
 common.run.lifecycle does the rest (run directory, MLPerf log, resume, the windowed loop, checkpoints,
-the compliance check, the summary).
+the compliance check, the summary), and the storage layer's extensions add the load profile and
+emulated accelerators.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Sequence
 
 import torch
 
-from common import run
 from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
-from storage.emulation.plan import emulated_plan, with_emulated_batch
+from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from flux.data import layout
 from flux.data.schema import FluxDataError
@@ -32,88 +33,93 @@ from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from flux.parallel import build_parallel_model
 from flux.run_config import FluxConfigs
 from flux.schedule import flux_schedule
+from flux.spec import SPEC
 from flux.task import FluxTask
+from storage.extensions import run_extensions
 
 
-def build(ctx: run.RunContext) -> run.TrainingPlan:
-    c: FluxConfigs = ctx.configs
-    info = ctx.info
-    cfg = with_emulated_batch(c.train, ctx)
-    args = cfg.model()
+class FluxBuild:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.c: FluxConfigs = ctx.configs
+        self.cfg = ctx.with_run_batch(self.c.train)
 
-    data = prepare_data(config=c.data, args=args, flavor=cfg.flavor)
-    ctx.say(f"[data] {data.describe()}")
-    eval_count = min(len(data.validation), c.data.validation_max_samples or len(data.validation))
-    mine = validation_batches(count=eval_count, info=info, batch_size=cfg.eval_batch_size)
-    schedule = flux_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed,
-                             validation_batches=len(mine))
+    def data(self) -> DataPlan:
+        ctx, c, cfg, info = self.ctx, self.c, self.cfg, self.ctx.info
+        self.args = cfg.model()
+        self.flux_data = data = prepare_data(config=c.data, args=self.args, flavor=cfg.flavor)
+        ctx.say(f"[data] {data.describe()}")
+        self.eval_count = min(len(data.validation), c.data.validation_max_samples or len(data.validation))
+        self.my_eval_batches = validation_batches(count=self.eval_count, info=info, batch_size=cfg.eval_batch_size)
+        schedule = flux_schedule(cfg, c.data, num_samples=len(data.train), world_size=info.world_size, seed=ctx.seed,
+                                 validation_batches=len(self.my_eval_batches))
+        epochs = schedule.epochs
+        train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
+                                       build_window=lambda key: epochs.window_batches(key, rank=info.rank),
+                                       num_workers=c.data.num_workers, seed=ctx.seed)
+        return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset,
+                        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len)
 
-    epochs = schedule.epochs
-    train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
-                                   build_window=lambda key: epochs.window_batches(key, rank=info.rank),
-                                   num_workers=c.data.num_workers, seed=ctx.seed)
-    if ctx.emulation is not None:  # the accelerator's step is slept; the loader reads as above
-        return emulated_plan(ctx, loader=train_loader, schedule=schedule, dataset=c.data.dataset,
-                             data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len)
+    def training(self, plan: DataPlan) -> TrainingPlan:
+        ctx, c, cfg, info, data = self.ctx, self.c, self.cfg, self.ctx.info, self.flux_data
+        schedule, mine = plan.schedule, self.my_eval_batches
+        model = build_parallel_model(args=self.args, info=info, parallelism=cfg.parallelism,
+                                     dp_replicate=cfg.dp_replicate, bf16=cfg.bf16,
+                                     activation_checkpointing=cfg.activation_checkpointing,
+                                     seed_shared=ctx.seed_shared)
+        parameters = sum(p.numel() for p in model.module.parameters())  # DTensors count their global size
+        ctx.say(f"[model] {cfg.flavor}: {parameters:,} parameters, {cfg.parallelism} over {info.world_size} "
+                f"rank(s){', bf16' if cfg.bf16 else ''}"
+                f"{', activation checkpointing' if cfg.activation_checkpointing else ''}")
+        # one group over every parameter, weight decay included, as the reference
+        optimizer = torch.optim.AdamW(model.module.parameters(), lr=cfg.learning_rate, betas=tuple(cfg.adamw_betas),
+                                      eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
+                                      fused=info.device.type == "cuda" or None)
 
-    model = build_parallel_model(args=args, info=info, parallelism=cfg.parallelism, dp_replicate=cfg.dp_replicate,
-                                 bf16=cfg.bf16, activation_checkpointing=cfg.activation_checkpointing,
-                                 seed_shared=ctx.seed_shared)
-    parameters = sum(p.numel() for p in model.module.parameters())  # DTensors count their global size
-    ctx.say(f"[model] {cfg.flavor}: {parameters:,} parameters, {cfg.parallelism} over {info.world_size} "
-            f"rank(s){', bf16' if cfg.bf16 else ''}{', activation checkpointing' if cfg.activation_checkpointing else ''}")
-    # one group over every parameter, weight decay included, as the reference
-    optimizer = torch.optim.AdamW(model.module.parameters(), lr=cfg.learning_rate, betas=tuple(cfg.adamw_betas),
-                                  eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
-                                  fused=info.device.type == "cuda" or None)
+        eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
+                                      num_workers=c.data.eval_num_workers, seed=ctx.seed)
+        task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
+                        device=info.device, eval_batches=lambda at: eval_loader.iterate(at.step, next_key=None))
 
-    eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
-                                  num_workers=c.data.eval_num_workers, seed=ctx.seed)
-    task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
-                    device=info.device, eval_batches=lambda at: eval_loader.iterate(at.step, next_key=None))
+        def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
+            last = result.last_eval.metrics if result.last_eval else {}
+            extra = {"final_eval_loss": last.get("eval_loss"), "untrained_eval_loss": untrained,
+                     "unconditional_eval_loss": last.get("unconditional_eval_loss")}
+            if extra["final_eval_loss"] is None:
+                return extra, None
+            parts = [f"[done] validation loss {extra['final_eval_loss']:.4f}"]
+            if untrained is not None:
+                parts.append(f"untrained model {untrained:.4f}")
+            if extra["unconditional_eval_loss"] is not None:
+                parts.append(f"same model with the empty prompt {extra['unconditional_eval_loss']:.4f}")
+            return extra, (", ".join(parts) + f"; {result.progress.global_step} steps, "
+                           f"{result.progress.samples_seen:,} samples")
 
-    def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
-        last = result.last_eval.metrics if result.last_eval else {}
-        extra = {"final_eval_loss": last.get("eval_loss"), "untrained_eval_loss": untrained,
-                 "unconditional_eval_loss": last.get("unconditional_eval_loss")}
-        if extra["final_eval_loss"] is None:
-            return extra, None
-        parts = [f"[done] validation loss {extra['final_eval_loss']:.4f}"]
-        if untrained is not None:
-            parts.append(f"untrained model {untrained:.4f}")
-        if extra["unconditional_eval_loss"] is not None:
-            parts.append(f"same model with the empty prompt {extra['unconditional_eval_loss']:.4f}")
-        return extra, ", ".join(parts) + f"; {result.progress.global_step} steps, {result.progress.samples_seen:,} samples"
-
-    return run.TrainingPlan(
-        task=task,
-        loader=train_loader,
-        schedule=schedule,
-        hyperparameters=mllog_hyperparameters(cfg=cfg, schedule=schedule, eval_samples=eval_count, seed=ctx.seed,
-                                              config_file=ctx.config_file),
-        dataset=c.data.dataset,
-        reference_data=c.data.dataset == "mlcommons",
-        summarize=summarize,
-        evaluate_untrained=True,
-        closeables=[eval_loader],
-        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)],
-    )
+        return TrainingPlan(
+            data=plan,
+            task=task,
+            hyperparameters=mllog_hyperparameters(cfg=cfg, schedule=schedule, eval_samples=self.eval_count,
+                                                  seed=ctx.seed, config_file=ctx.config_file),
+            reference_data=c.data.dataset == "mlcommons",
+            summarize=summarize,
+            evaluate_untrained=True,
+            closeables=[eval_loader],
+        )
 
 
-BENCHMARK = run.Benchmark(
-    package="flux",
-    mlperf_name="flux1",
+BENCHMARK = Benchmark(
+    spec=SPEC,
     ruleset="6.1.0",
     reference_config="flux_schnell.gin",
     read_configs=FluxConfigs.read,
-    build=build,
+    build=FluxBuild,
     data_errors=(FluxDataError,),
     rules=COMPLIANCE_RULES,
 )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run.main(BENCHMARK, argv, doc=__doc__)
+    return run_main(BENCHMARK, argv, doc=__doc__, extensions=run_extensions())
 
 
 if __name__ == "__main__":

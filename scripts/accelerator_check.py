@@ -14,7 +14,7 @@ timed, reporting it even when another failed:
 4. flux      FLUX.1 training step time with FSDP2 in bf16 and activation checkpointing;
 5. retinanet RetinaNet images/s with AMP and channels-last;
 6. compute_times  each benchmark's seconds per step at its measured batch, as rows of
-             storage/emulation/compute_times.csv, to be added with their source.
+             the benchmark's compute_times.csv (<package>/compute_times.csv), to be added with their source.
 
 Without an accelerator (or with --cpu) every step runs what it can at tiny sizes, on the CPU, and
 the report says what it skipped and why. Nothing is downloaded: the trainers generate their tiny

@@ -9,7 +9,8 @@ For every benchmark it runs `<package>/configs/debug.gin` (one process, seed 1),
 as 2 emulated accelerators (`common.RunConfig.emulate`, a fixed compute time, a few steps), and
 keeps from each run directory: every metrics.jsonl line without its timings (step, samples, loss,
 learning rate, evaluations), the load profile's byte and read counts (logical, unique, records,
-read sizes, files) and, for the emulated run, the report's figures that do not depend on time.
+read sizes, files) and, for the emulated run, the report's figures that do not depend on time or on
+what else the machine did (the kernel's and the device's byte counts do).
 Floats are kept as their exact repr. `--compare` prints the first difference of each run, or
 "identical". (A script: it names the three benchmarks' configs.)
 """
@@ -59,10 +60,20 @@ def _profile(run_dir: Path) -> dict[str, Any]:
     }
 
 
+# what the kernel and the block device counted depends on what else the machine did meanwhile
+NOT_DETERMINED = ("process", "device")
+
+
 def _emulated(run_dir: Path) -> dict[str, Any]:
     report = json.loads((run_dir / "emulation.json").read_text())
-    return {k: report[k] for k in ("benchmark", "accelerator", "accelerators", "compute", "steps", "au_threshold",
-                                   "bytes_per_sample")} | {"logical_bytes_per_sample": report["bytes_per_sample"]["logical"]}
+    found = {k: report[k] for k in ("benchmark", "accelerator", "accelerators", "compute", "steps", "au_threshold",
+                                    "bytes_per_sample")}
+    return _without_counters(found)
+
+
+def _without_counters(emulation: dict[str, Any]) -> dict[str, Any]:
+    per_sample = {k: v for k, v in emulation["bytes_per_sample"].items() if k not in NOT_DETERMINED}
+    return {k: v for k, v in emulation.items() if k != "logical_bytes_per_sample"} | {"bytes_per_sample": per_sample}
 
 
 def fingerprint(out: Path, packages: tuple[str, ...], max_steps: int | None) -> dict[str, Any]:
@@ -93,34 +104,36 @@ def fingerprint(out: Path, packages: tuple[str, ...], max_steps: int | None) -> 
     return found
 
 
-def _first_difference(a: Any, b: Any, where: str = "") -> str | None:
+def _differences(a: Any, b: Any, where: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
+        found = []
         for key in sorted(set(a) | set(b)):
             if key not in a or key not in b:
-                return f"{where}.{key}: only in {'the second' if key not in a else 'the first'}"
-            found = _first_difference(a[key], b[key], f"{where}.{key}")
-            if found:
-                return found
-        return None
+                found.append(f"{where}.{key}: only in {'the second' if key not in a else 'the first'}")
+            else:
+                found += _differences(a[key], b[key], f"{where}.{key}")
+        return found
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
-            return f"{where}: {len(a)} vs {len(b)} entries"
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = _first_difference(x, y, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{where}: {a!r} vs {b!r}"
+            return [f"{where}: {len(a)} vs {len(b)} entries"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
+
+
+def _comparable(run: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprint of this or an earlier version of the script, without what no two runs share."""
+    return run | ({"emulation": _without_counters(run["emulation"])} if "emulation" in run else {})
 
 
 def compare(first: Path, second: Path) -> int:
     a, b = json.loads(first.read_text()), json.loads(second.read_text())
     differ = 0
     for run in sorted(set(a) | set(b)):
-        found = "missing on one side" if run not in a or run not in b else _first_difference(a[run], b[run])
+        found = ["missing on one side"] if run not in a or run not in b else \
+            _differences(_comparable(a[run]), _comparable(b[run]))
         lines = len(a.get(run, {}).get("metrics", []))
-        print(f"{run}: {'identical' if found is None else 'DIFFERS: ' + found} ({lines} metrics lines)")
-        differ += found is not None
+        print(f"{run}: {'identical' if not found else 'DIFFERS: ' + '; '.join(found[:5])} ({lines} metrics lines)")
+        differ += bool(found)
     return 1 if differ else 0
 
 

@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from common import registry
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ("flux", "retinanet", "recommendation_v4")
 FORMAT = "mlperf-emulation-sweep"
 VERSION = 1
 SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
@@ -147,7 +148,7 @@ def point_command(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequ
     more. The sweep's own bindings come last so that they win."""
     launcher = [sys.executable] if n == 1 else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
-    cmd = launcher + ["-m", f"{benchmark}.train"]
+    cmd = launcher + ["-m", registry.find(benchmark).train_module]
     for config in gin_configs:
         cmd += ["--gin_config", str(config)]
     ours = [f"common.RunConfig.emulate = {_gin_string(accelerator)}",
@@ -448,14 +449,23 @@ def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Po
 
 # ---------------------------------------------------------------------------- the sweep
 
+def _package(name: str) -> str:
+    """The package of the registered benchmark `name` names (argparse's error names the others)."""
+    try:
+        return registry.find(name).package
+    except registry.RegistryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m storage.sweep",
         description="Emulated-accelerator runs at 1, 2, 4, ... ranks until the mean AU falls under the workload's "
                     "threshold: the most accelerators of a kind this storage keeps busy (MLPerf Storage's answer).")
-    parser.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="the trainer package")
+    parser.add_argument("--benchmark", required=True, type=_package,
+                        help="a registered benchmark (its package, MLPerf Training or MLPerf Storage name)")
     parser.add_argument("--accelerator", required=True,
-                        help="an accelerator of storage/emulation/compute_times.csv (or any name, with "
+                        help="an accelerator of the benchmark's compute_times.csv (or any name, with "
                              "storage.Emulation.seconds_per_step and .batch_per_accelerator bound)")
     parser.add_argument("--gin_config", action="append", required=True, type=Path,
                         help="the trainer's gin file (repeatable)")

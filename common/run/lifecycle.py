@@ -1,17 +1,21 @@
 """The run lifecycle every trainer shares, written once.
 
-A benchmark describes itself with a `Benchmark` (its names, its configs, its MLPerf rules) and
-a `build(ctx) -> TrainingPlan` that reads as its build: data -> model -> parallelism ->
-optimizer -> task. `main(benchmark)` does everything around it, in this order:
+A benchmark describes itself with a `Benchmark` (common.run.benchmark: its spec, its configs, its
+MLPerf rules and its build). `main(benchmark, extensions=...)` does everything around the build, in
+this order:
 
     parse --gin_config/--gin_bindings -> the preemption handler (a signal from now on stops the run
-    at its first step boundary, with a checkpoint) -> read the configs (exit 2 on a config error)
-    -> process group -> seed, run directory, MLPerf tracker (init, submission), config snapshot
-    -> build -> resume from the newest checkpoint (weights, optimizer, random streams, data
-       position, mllog state) -> hyperparameters, RUN_START -> the loop's observers (metrics,
-       console, MLPerf log, sample audit log, tracer, load profile) -> the training loop
-    -> close everything (on every path: success, preemption, error) -> the load profile
+    at its first step boundary, with a checkpoint) -> read the configs and configure the extensions
+    (exit 2 on a config error) -> process group -> seed, run directory, MLPerf tracker (init,
+    submission), config snapshot -> the build's data -> the plan (the extensions', by default the
+    build's model and task) -> resume from the newest checkpoint (weights, optimizer, random
+    streams, data position, mllog state) -> hyperparameters, RUN_START -> the loop's observers
+    (metrics, console, MLPerf log, sample audit log, tracer, then the extensions') -> the training
+    loop -> close everything (on every path: success, preemption, error) -> the extensions' finish
     -> the official compliance check of the run's own mllog -> summary.json and the last line
+
+Extensions (common.run.extensions) are how a layer above the runtime joins a run; the entry point
+chooses them (the trainers take the storage layer's: the load profile, emulated accelerators).
 
 Exit status: 0 (finished or preempted after saving), 2 (a config error: one line naming the
 binding), 3 (a data error: one line naming the file), 4 (a NaN or infinite loss: one line naming
@@ -23,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Sequence
 
 import torch
 
@@ -37,16 +40,15 @@ from common.checkpoint.manager import CheckpointManager, CheckpointWriteError
 from common.checkpoint.progress import TrainingProgress
 from common.config.checks import ConfigError
 from common.config.gin_files import load_gin, write_config_snapshot
-from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
 from common.distributed.launch import write_rank_status
 from common.distributed.setup import DistInfo, destroy, init_distributed
-from storage.emulation.settings import EmulatedAccelerator, resolve as resolve_emulation
-from storage.load_profile.session import ProfileSession
-from common.mlperf.compliance import ComplianceReport, KnownRule, RunFacts, check_log, explain
+from common.mlperf.compliance import ComplianceReport, RunFacts, check_log, explain
 from common.mlperf.tracker import MLPerfTracker
 from common.randomness.streams import RandomStreams, resolve_seed, seed_everything
+from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.events import Observers
+from common.run.extensions import Extensions, RunExtension
 from common.run.logs import MetricsLog, SampleAuditLog
 from common.run.loop import LoopCheckpoints, LoopResult, NonFiniteLoss, TrainLoop
 from common.run.observers import ConsoleLines, MLPerfEvents, TracedSteps
@@ -54,7 +56,7 @@ from common.run.preemption import PreemptionHandler
 from common.run.rundir import make_run_dir
 from common.run.schedule import TrainingSchedule
 from common.run.settings import CommonConfigs, RunConfig
-from common.run.task import BenchmarkTask, CheckpointAdaptingTask, EvalPoint
+from common.run.task import CheckpointAdaptingTask, EvalPoint
 from common.run.warnings_filter import quiet_known_library_noise
 from common.tracing.capture import StepTracer
 
@@ -62,66 +64,6 @@ EXIT_CONFIG_ERROR = 2
 EXIT_DATA_ERROR = 3
 EXIT_NON_FINITE_LOSS = 4
 EXIT_CHECKPOINT_WRITE_ERROR = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Benchmark:
-    package: str  # the Python package; names the run directory and the gin module
-    mlperf_name: str  # submission_benchmark in the mllog
-    ruleset: str  # the mlperf_logging ruleset the log is checked against
-    reference_config: str  # the gin file of the reference recipe the closed rules are written for
-    read_configs: Callable[[], Any]  # the benchmark's gin-configured settings
-    build: Callable[["RunContext"], "TrainingPlan"]
-    data_errors: tuple[type[BaseException], ...] = ()  # exit 3, one line naming the file
-    rules: Sequence[KnownRule] = ()  # the ruleset's rules a recipe or a dataset may break
-
-
-@dataclasses.dataclass
-class RunContext:
-    """What a build gets from the lifecycle."""
-
-    configs: Any
-    run: RunConfig
-    info: DistInfo
-    seed: int
-    run_dir: Path
-    streams: RandomStreams
-    config_file: str
-    # common.RunConfig.emulate: the accelerator this rank emulates (None: a real run); a build that
-    # sees one reads its data as usual and hands storage.emulation.plan.emulated_plan its loader
-    emulation: EmulatedAccelerator | None = None
-
-    def say(self, message: str) -> None:
-        if self.info.is_main:
-            print(message, flush=True)
-
-    def seed_shared(self) -> None:
-        """The shared seed again, right before building the model: identical weights on every rank."""
-        seed_everything(self.seed)
-
-
-@dataclasses.dataclass
-class TrainingPlan:
-    """What a build hands to the lifecycle.
-
-    Its callables fire in this order: the schedule's `mllog_position` when a resumed run reports
-    where it stands, then at every mllog block, evaluation and train loss; `eval_after_window`
-    after each trained window; `summarize` once, after the loop ended and everything was closed,
-    with the loop's result and the untrained model's quality (None when it was not scored).
-    """
-
-    task: BenchmarkTask
-    loader: StreamingLoader
-    schedule: TrainingSchedule  # windows, batches, evaluation, target, learning rate (max_steps set by the run)
-    hyperparameters: Mapping[str, Any]  # logged before RUN_START (friendly names of common.mlperf.tracker)
-    dataset: str  # for the summary and the compliance explanation
-    reference_data: bool  # whether this is the dataset the closed rules pin
-    # the benchmark's summary fields and its [done] line, from the loop's result and the untrained quality
-    summarize: Callable[[LoopResult, float | None], tuple[dict[str, Any], str | None]]
-    evaluate_untrained: bool = False  # score the fresh model first: a baseline for the summary, not an MLPerf eval
-    closeables: Sequence[Any] = ()  # anything else with close() (evaluation loaders)
-    # where the training data lives: the load profile finds the block device under it, emulation evicts it
-    data_dirs: Sequence[Path] = ()
 
 
 def parse_args(argv: Sequence[str] | None, *, doc: str | None) -> argparse.Namespace:
@@ -139,7 +81,8 @@ def _first_line(error: BaseException) -> str:
     return lines[-1].strip() if "Traceback" in lines[0] else lines[0].strip()
 
 
-def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | None = None) -> int:
+def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | None = None,
+         extensions: Sequence[RunExtension] = ()) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_known_library_noise()
     args = parse_args(argv, doc=doc)
@@ -148,7 +91,7 @@ def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | 
     preemption = PreemptionHandler().install()
     code = 1  # what an exception leaves
     try:
-        code = _launch(benchmark, args, preemption)
+        code = _launch(benchmark, args, preemption, Extensions(extensions))
         return code
     finally:
         # the status first: once this rank fails, the launcher's agent may SIGTERM the others, and a
@@ -157,11 +100,16 @@ def main(benchmark: Benchmark, argv: Sequence[str] | None = None, *, doc: str | 
         preemption.uninstall()
 
 
-def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: PreemptionHandler) -> int:
+def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: PreemptionHandler,
+            extensions: Extensions) -> int:
     try:
         loaded = load_gin(args.gin_config, args.gin_bindings)
         configs = benchmark.read_configs()
         common = CommonConfigs.read(loaded.env_macros)
+        extensions.configure(common.run, benchmark)
+        if common.run.emulate and extensions.trains_model():
+            raise ConfigError(f"common.RunConfig.emulate={common.run.emulate!r}: no extension of this entry point "
+                              "emulates an accelerator (the trainers' own entry points take the storage layer's)")
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -170,7 +118,7 @@ def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: Preempti
                             preparation_timeout_s=run_cfg.data_preparation_timeout_s)
     try:
         _Run(benchmark, configs=configs, common=common, info=info, config_file=Path(args.gin_config[-1]).name,
-             preemption=preemption).execute()
+             preemption=preemption, extensions=extensions).execute()
     except ConfigError as error:
         print(f"config error: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -191,20 +139,19 @@ def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: Preempti
 class _Run:
     """One launch of a trainer: the steps of the module docstring, each a method."""
 
-    def __init__(self, benchmark: Benchmark, *, configs: Any, common: CommonConfigs, info: DistInfo,
-                 config_file: str, preemption: PreemptionHandler) -> None:
+    def __init__(self, benchmark: Benchmark, *, configs: object, common: CommonConfigs, info: DistInfo,
+                 config_file: str, preemption: PreemptionHandler, extensions: Extensions) -> None:
         self.benchmark, self.configs, self.common, self.info, self.config_file = benchmark, configs, common, info, config_file
-        self.preemption = preemption
+        self.preemption, self.extensions = preemption, extensions
         self.run_cfg: RunConfig = common.run
         self.started = time.perf_counter()
         self.loop_started = self.started
         self._closing = contextlib.ExitStack()
-        self.emulation = resolve_emulation(self.run_cfg.emulate, common.emulation, benchmark=benchmark.package)
-        # an emulated accelerator has no state worth saving: a stopped emulation is started again
-        self.checkpoints = None if self.emulation else CheckpointManager.from_policy(common.checkpoint)
+        self.trains_model = extensions.trains_model()
+        # a run that trains no model has no state worth saving: a stopped one is started again
+        self.checkpoints = CheckpointManager.from_policy(common.checkpoint) if self.trains_model else None
         self.resuming = self.checkpoints is not None and self.checkpoints.has_checkpoint()
         self.tracker: MLPerfTracker | None = None  # opened with the run directory
-        self.profile: ProfileSession | None = None  # common.RunConfig.load_profile
 
     def say(self, message: str) -> None:
         if self.info.is_main:
@@ -213,10 +160,13 @@ class _Run:
     def execute(self) -> dict:
         with self._closing:
             ctx = self._start()
-            plan = self.benchmark.build(ctx)
-            for closeable in (plan.loader, *plan.closeables):
+            build = self.benchmark.build(ctx)
+            data: DataPlan = build.data()
+            self._closing.callback(data.loader.close)
+            plan = self.extensions.plan(ctx, data, build.training)
+            for closeable in plan.closeables:
                 self._closing.callback(closeable.close)
-            schedule = plan.schedule.with_budget(self.run_cfg.max_steps)
+            schedule = plan.data.schedule.with_budget(self.run_cfg.max_steps)
             progress = self._resume(plan, ctx)
             result = self._train(plan, schedule, ctx, progress)
         return self._finish(plan, ctx, result)
@@ -237,8 +187,10 @@ class _Run:
         if self.info.is_main:
             write_config_snapshot(run_dir, operative=False)
         streams = RandomStreams(seed=seed, rank=self.info.rank, device=self.info.device)
+        world_size = self.info.world_size
         return RunContext(configs=self.configs, run=self.run_cfg, info=self.info, seed=seed, run_dir=run_dir,
-                          streams=streams, config_file=self.config_file, emulation=self.emulation)
+                          streams=streams, config_file=self.config_file, trains_model=self.trains_model,
+                          global_batch_size=lambda configured: self.extensions.global_batch_size(configured, world_size))
 
     # ----------------------------------------------------------------- resume
     def _resume(self, plan: TrainingPlan, ctx: RunContext) -> TrainingProgress:
@@ -248,7 +200,7 @@ class _Run:
         metadata = self.checkpoints.load_latest(plan.task.app_state(), generators=ctx.streams.generators(), adapt=adapt)
         progress = TrainingProgress.from_json(metadata, source=str(self.checkpoints.loaded_path))
         self.tracker.load_state_dict(progress.mlperf)
-        where = ", ".join(f"{k} {v}" for k, v in plan.schedule.mllog_position(progress).items())
+        where = ", ".join(f"{k} {v}" for k, v in plan.data.schedule.mllog_position(progress).items())
         self.say(f"[resume] {self.checkpoints.loaded_path}: step {progress.global_step}, window {progress.window_key} "
                  f"batch {progress.batch_idx_in_window} ({where})")
         return progress
@@ -272,7 +224,7 @@ class _Run:
                 self._evaluate_untrained(plan, ctx, metrics, progress)
         checkpoints = LoopCheckpoints(policy=self.common.checkpoint, manager=self.checkpoints,
                                       generators=ctx.streams.generators, mlperf_state=self.tracker.state_dict)
-        loop = TrainLoop(task=plan.task, schedule=schedule, loader=plan.loader, progress=progress,
+        loop = TrainLoop(task=plan.task, schedule=schedule, loader=plan.data.loader, progress=progress,
                          checkpoints=checkpoints, observers=observers, preemption=self.preemption, streams=ctx.streams)
         self.loop_started = time.perf_counter()
         return loop.run()
@@ -291,12 +243,8 @@ class _Run:
             observers.add(SampleAuditLog(ctx.run_dir / f"sample_ids_rank{self.info.rank}.jsonl", resume_step=resume_step))
         observers.add(TracedSteps(StepTracer(self.common.trace, run_dir=ctx.run_dir, rank=self.info.rank,
                                              device=self.info.device)))
-        if self.run_cfg.load_profile:
-            self.profile = observers.add(ProfileSession(
-                run_dir=ctx.run_dir, benchmark=self.benchmark.package, config_file=self.config_file,
-                rank=self.info.rank, world_size=self.info.world_size, device=str(self.info.device), loader=plan.loader,
-                global_batch_size=schedule.global_batch_size, local_batch_size=schedule.local_batch_size,
-                start_step=progress.global_step, data_dirs=plan.data_dirs))
+        for observer in self.extensions.observers(ctx, plan, progress):
+            observers.add(observer)
         return observers
 
     def _evaluate_untrained(self, plan: TrainingPlan, ctx: RunContext, metrics: MetricsLog,
@@ -312,9 +260,9 @@ class _Run:
 
     # ----------------------------------------------------------------- finish
     def _finish(self, plan: TrainingPlan, ctx: RunContext, result: LoopResult) -> dict:
-        """After everything is closed: the load profile, the compliance check, summary.json and the closing line."""
-        if self.profile is not None:
-            self.profile.finish()
+        """After everything is closed: the extensions' finish (the load profile), the compliance check,
+        summary.json and the closing line."""
+        self.extensions.finish(ctx, plan, result)
         untrained = result.progress.metrics.get("untrained_quality")
         extra, done_line = plan.summarize(result, untrained)
         last = result.last_eval.quality if result.last_eval else result.progress.metrics.get("last_quality")
@@ -335,7 +283,7 @@ class _Run:
             "wall_s": round(time.perf_counter() - self.started, 1),
         }
         if self.info.is_main:
-            if self.run_cfg.check_compliance and self.emulation is None:  # an emulation's log is no training run
+            if self.run_cfg.check_compliance and self.trains_model:  # a log of no model's training is no MLPerf run
                 report = self._check_compliance(plan, ctx, result)
                 summary["compliance"] = report.to_json()
                 print(report.summary_line(), flush=True)
@@ -356,7 +304,7 @@ class _Run:
             reached_target=result.reached_target,
             preempted=result.preempted,
             config_file=self.config_file,
-            dataset=plan.dataset,
+            dataset=plan.data.dataset,
         )
         failures = check_log(log, ruleset=self.benchmark.ruleset)
         return explain(failures, rules=self.benchmark.rules, facts=facts, ruleset=self.benchmark.ruleset, log=log.name)

@@ -31,8 +31,8 @@ from common.checkpoint.manager import CheckpointManager
 from common.checkpoint.policy import CheckpointPolicy, CheckpointReason, checkpoint_reason
 from common.checkpoint.progress import TrainingProgress
 from common.data.loader import StreamingLoader
-from common.distributed.collectives import mean_and_sum_over_ranks
 from common.data.reads import process_writes
+from common.distributed.collectives import mean_and_sum_over_ranks
 from common.randomness.streams import RandomStreams
 from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 from common.run.learning_rate import apply_learning_rate

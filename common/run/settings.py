@@ -1,6 +1,6 @@
 """The settings every trainer shares: `common.RunConfig.*` and `common.Submission.*` here, with
-`common.CheckpointPolicy.*`, `common.TraceConfig.*` and `storage.Emulation.*` read beside them by
-`CommonConfigs.read`.
+`common.CheckpointPolicy.*` and `common.TraceConfig.*` read beside them by `CommonConfigs.read`.
+(An extension of the run reads its own settings: common.run.extensions.)
 
 Per-launch facts default to the environment (common/config/gin_files.py): a gin file leaves `seed`,
 `output_root` and `run_name` unset and gets $SEED, $MLPERF_OUTPUT_ROOT and $RUN_NAME (or the
@@ -16,7 +16,6 @@ import gin
 
 from common.checkpoint.policy import CheckpointPolicy, GinCheckpointPolicy, with_environment_path
 from common.config.checks import is_int, read, require, require_bool, require_choice, require_int, require_number
-from storage.emulation.settings import Emulation
 from common.tracing.capture import TraceConfig
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,10 +37,12 @@ class RunConfig:
     # how long the other ranks wait for rank 0 to generate or preprocess the dataset (Yambda-5b: ~1 h)
     data_preparation_timeout_s: float = 6 * 3600.0
     check_compliance: bool = True  # run the official MLPerf checker on the log at the end
-    # load_profile.json and its plots in the run directory (storage.load_profile); off only to measure its cost
+    # load_profile.json and its plots in the run directory, written by the storage layer's extension of the
+    # run (storage.load_profile); off only to measure its cost
     load_profile: bool = True
-    # an accelerator of storage/emulation/compute_times.csv (b200, mi355, h100, a100...): the model step
-    # is slept for its compute time, the real loader reads the real files (storage.Emulation.* tunes it)
+    # an accelerator of the benchmark's compute-time table (b200, mi355, h100, a100...) that the storage
+    # layer's extension emulates: the model step is slept for its compute time, the real loader reads the
+    # real files (storage.Emulation.* tunes it); empty: a real run
     emulate: str = ""
 
     def __post_init__(self) -> None:
@@ -88,7 +89,6 @@ class CommonConfigs:
     submission: Submission
     checkpoint: CheckpointPolicy
     trace: TraceConfig
-    emulation: Emulation
 
     @classmethod
     def read(cls, env_macros: Mapping[str, object]) -> "CommonConfigs":
@@ -99,5 +99,4 @@ class CommonConfigs:
             submission=read(Submission),
             checkpoint=with_environment_path(policy, env_ckpt_path=str(env_macros["CKPT_PATH"])),
             trace=read(TraceConfig),
-            emulation=read(Emulation),
         )

@@ -25,6 +25,8 @@ ARTIST_MAPPING_FILE = "artist_item_mapping.parquet"
 RAW_FILES: tuple[str, ...] = (MULTI_EVENT_FILE, ALBUM_MAPPING_FILE, ARTIST_MAPPING_FILE)
 
 REAL_SIZES: tuple[str, ...] = ("50m", "500m", "5b")
+# Yambda-5b's 300 train days in DLRMv4's streaming split: the closed rules' train_samples
+YAMBDA_5B_TRAIN_SAMPLES = 2_290_835_423
 
 _REAL_NAME = re.compile(r"^yambda-(50m|500m|5b)$")
 _SYNTHETIC_NAME = re.compile(r"^yambda-synthetic-([a-z0-9_]+)-seed(\d+)$")

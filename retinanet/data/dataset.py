@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from retinanet.data import layout
 from common.data.batch_arena import batch_empty
 from common.data.reads import note_reads, note_records
+from retinanet.data import layout
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
 from retinanet.data.records import ImageRecord

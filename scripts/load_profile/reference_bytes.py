@@ -24,10 +24,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from common import registry  # noqa: E402
+from common.data.loader import StreamingLoader  # noqa: E402
 from storage.load_profile.merge import merge  # noqa: E402
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler  # noqa: E402
-from storage.dlio.references import REFERENCES  # noqa: E402
-from common.data.loader import StreamingLoader  # noqa: E402
 
 
 def _profile(source, *, batch: int, batches: int, benchmark: str) -> dict:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.only or BENCHMARKS:
         make, package, batch = BENCHMARKS[model]
         p = _profile(make(), batch=batch, batches=args.batches, benchmark=package)
-        ref = REFERENCES[model]
+        ref = registry.find(model).storage.workload
         r, reads = p["records"], p["reads"]
         seq = reads["sequential_fraction"]
         access = "whole file" if seq is None else f"{seq:.0%} sequential"

@@ -2,7 +2,7 @@
 
 export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLIO 2.0.0 workload
          [--accelerator b200|mi355|h100|a100]  <model>_<accelerator>.yaml with that accelerator's
-                                               batch and compute time (storage/emulation/compute_times.csv)
+                                               batch and compute time (the benchmark's compute_times.csv)
          [--dataset-scale F]                   F x the benchmark's real training set (default 1)
          [--dataset-of-run]                    the samples this run's data held instead
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported

@@ -52,10 +52,11 @@ from typing import Any
 
 import yaml
 
+from common import registry
+from common.spec import PublishedDatagen
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
 
-__all__ = ["BENCHMARKS", "REFERENCES", "DlioDatagenError", "DlioEnvError", "Reference", "main",
-           "measure_dlio_datagen"]
+__all__ = ["DlioDatagenError", "DlioEnvError", "main", "measure_dlio_datagen", "models", "scaled_shape"]
 
 DLIO_VERSION = "2.0.0"
 MB = 1e6
@@ -70,29 +71,12 @@ class DlioDatagenError(RuntimeError):
     """Why a measurement failed, on its first line (a DLIO failure adds the tail of its log)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """One MLPerf Storage datagen file: its format, bytes per record and samples per file."""
-
-    source: str  # the file under /work/shared/reference/mlperf_storage_yamls/
-    format: str
-    record_bytes: int
-    samples_per_file: int
-    num_files: int
+def models() -> tuple[str, ...]:
+    """MLPerf Storage's model names of the registered benchmarks: what --benchmark takes."""
+    return tuple(spec.storage.model for spec in registry.specs() if spec.storage is not None)
 
 
-# The published datagen files, as read there (dlio_facts.md §5). dlrm: the 761-byte, 200-column
-# version (3d193498), the one whose size matches the July 2026 submitters' package (#761); the
-# older d70e0b6f has 160-byte rows in 4,194,304-row files, and 7c91ef7b one 512-byte sample per file.
-REFERENCES: dict[str, Reference] = {
-    "retinanet": Reference("7e73663b_retinanet_datagen.yaml", "jpeg", 322_957, 1, 1_170_301),
-    "flux": Reference("7e73663b_flux_datagen.yaml", "parquet", 2_164_832, 256, 4_296),
-    "dlrm": Reference("3d193498_dlrm_datagen.yaml", "parquet", 761, 1_536_000, 1_024),
-}
-BENCHMARKS = tuple(REFERENCES)
-
-
-def scaled_shape(ref: Reference, target_bytes: int) -> tuple[int, int]:
+def scaled_shape(ref: PublishedDatagen, target_bytes: int) -> tuple[int, int]:
     """(files, samples per file) holding about target_bytes of records in the reference's shape."""
     if target_bytes <= 0:
         raise ValueError(f"target_bytes must be positive, got {target_bytes}")
@@ -232,7 +216,7 @@ def _format_rejected(error: str, fmt: str) -> bool:
 
 def measure_dlio_datagen(benchmark: str, *, out_dir: Path, target_bytes: int, seconds_limit: float = 120,
                          keep: bool = False, fallback_format: str | None = "npz") -> dict[str, Any]:
-    """Runs DLIO 2.0.0's datagen for `benchmark` (retinanet, flux or dlrm) on one process, writing
+    """Runs DLIO 2.0.0's datagen for `benchmark` (any of a registered benchmark's names) on one process, writing
     about target_bytes under out_dir, and returns what it wrote and how fast (see the module doc).
 
     The reference format is tried first; if DLIO rejects it, `supported` is False, `error` holds
@@ -241,9 +225,11 @@ def measure_dlio_datagen(benchmark: str, *, out_dir: Path, target_bytes: int, se
     afterwards (out_dir too if this call created it) unless keep is true.
     Raises DlioEnvError when the DLIO env cannot be built, DlioDatagenError when DLIO fails.
     """
-    if benchmark not in REFERENCES:
-        raise ValueError(f"unknown benchmark {benchmark!r}: one of {', '.join(BENCHMARKS)}")
-    ref = REFERENCES[benchmark]
+    try:
+        storage = registry.find(benchmark).storage_workload()
+    except LookupError as error:  # not registered, or no storage workload
+        raise ValueError(str(error)) from None
+    benchmark, ref = storage.model, storage.datagen
     files, per_file = scaled_shape(ref, int(target_bytes))
     deadline = time.monotonic() + seconds_limit
     python = ensure_dlio_env()
@@ -265,7 +251,7 @@ def measure_dlio_datagen(benchmark: str, *, out_dir: Path, target_bytes: int, se
                     folder.rmdir()
 
 
-def _measure_in(work: Path, python: Path, benchmark: str, ref: Reference, files: int, per_file: int,
+def _measure_in(work: Path, python: Path, benchmark: str, ref: PublishedDatagen, files: int, per_file: int,
                 deadline: float, fallback_format: str | None) -> dict[str, Any]:
     config_dir, data = work / "config", work / "data"
     (config_dir / "workload").mkdir(parents=True)
@@ -331,7 +317,8 @@ def _figures(fmt: str, config: dict[str, Any], data: Path, run: _Run) -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m storage.dlio.datagen_rate", description=__doc__.split("\n")[0])
-    parser.add_argument("--benchmark", choices=BENCHMARKS, help="one benchmark (default: all three, in turn)")
+    parser.add_argument("--benchmark", choices=models(),
+                        help="one benchmark, by MLPerf Storage's model name (default: every registered one, in turn)")
     parser.add_argument("--target-mb", type=float, default=200.0, help="about this many MB (1e6 B) per benchmark")
     parser.add_argument("--out-dir", type=Path, help="where DLIO writes (default: a temporary folder)")
     parser.add_argument("--seconds-limit", type=float, default=120.0, help="per benchmark")
@@ -348,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with contextlib.ExitStack() as stack:
         out_dir = args.out_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dlio_datagen_")))
-        for benchmark in [args.benchmark] if args.benchmark else BENCHMARKS:
+        for benchmark in [args.benchmark] if args.benchmark else models():
             try:
                 result = measure_dlio_datagen(benchmark, out_dir=out_dir, target_bytes=int(args.target_mb * MB),
                                               seconds_limit=args.seconds_limit, keep=args.keep,

@@ -27,19 +27,20 @@ from typing import Any
 
 import yaml
 
+from common import registry
+from common.spec import StorageWorkload
 from storage.emulation.compute_times import ComputeTime, ComputeTimeError, lookup
 from storage.load_profile.profiler import FORMAT, VERSION
-from storage.dlio.references import MODEL_OF_BENCHMARK, REFERENCES
 from storage.load_profile.session import PROFILE_FILE
 
 EXPORT_DIR = "dlio"
 DLIO_2_DIR = "dlio-2.0.0"
 # DLIO 2.0.0 sleeps normal(mean, stdev) per step and raises on a negative draw: keep draws positive
 MAX_STDEV_FRACTION = 0.25
-# 2.0.0 has no parquet/arrow. indexed_binary reads each sample as one seek + read of exactly its bytes
-# from files holding many samples (flux's Arrow shards, DLRM's columns); npy with one sample per file
-# reads a whole file per sample, as RetinaNet reads a JPEG (decode time goes into preprocess_time).
-DLIO_2_FORMAT = {"flux": "indexed_binary", "dlrm": "indexed_binary", "retinanet": "npy"}
+# 2.0.0 has no parquet/arrow: each benchmark's spec names the format its replay writes
+# (storage.dlio_2_format). indexed_binary reads each sample as one seek + read of exactly its bytes
+# from files holding many samples (Arrow shards, column arrays); npy with one sample per file reads
+# a whole file per sample, as a trainer reads a JPEG (decode time goes into preprocess_time).
 # dtypes MLPerf Storage's parquet workloads use; a column of another dtype is written as the one of
 # the same width (the real dtype is named in the file's comments)
 _SAME_WIDTH = {"bfloat16": "float16", "uint16": "float16", "int16": "float16", "uint32": "float32", "int32": "float32",
@@ -73,9 +74,10 @@ def read_profile(run_dir: Path) -> dict[str, Any]:
     for key in ("benchmark", "totals", "records", "dataset", "batch_size", "world_size"):
         if key not in profile:
             raise ExportError(f"{path}: field {key!r} is missing")
-    if profile["benchmark"] not in MODEL_OF_BENCHMARK:
-        raise ExportError(f"{path}: benchmark {profile['benchmark']!r} has no MLPerf Storage workload "
-                          f"(known: {', '.join(MODEL_OF_BENCHMARK)})")
+    try:
+        _workload(profile)
+    except LookupError as error:  # not registered here, or no storage workload in its spec
+        raise ExportError(f"{path}: benchmark {profile['benchmark']!r} has no MLPerf Storage workload ({error})") from None
     if not profile["dataset"]:
         raise ExportError(f"{path}: field 'dataset' is empty (the training loader's source did not describe its files)")
     if not profile["totals"].get("steps") or not profile["records"].get("count"):
@@ -158,13 +160,11 @@ def _dump(header: str, body: dict[str, Any]) -> str:
 
 # the accelerators mlpstorage's `training run --accelerator-type` knows (its workload file names)
 MLPSTORAGE_ACCELERATORS = ("b200", "mi355", "h100", "a100")
-# each benchmark's real training set, in samples (common/ names no benchmark module: the figures
-# are those of flux/data/layout.py, retinanet/data/layout.py and DLRMv4's closed train_samples rule)
-REAL_TRAIN_SAMPLES = {
-    "flux": (1_099_776, "the MLCommons CC12M preprocessed train split"),
-    "retinanet": (1_170_301, "the MLPerf OpenImages train subset"),
-    "dlrm": (2_290_835_423, "Yambda-5b's 300 train days, DLRMv4's train_samples"),
-}
+
+
+def _workload(profile: dict[str, Any]) -> StorageWorkload:
+    """The profiled benchmark's storage facts (its spec; read_profile checked that it has them)."""
+    return registry.find(profile["benchmark"]).storage_workload()
 
 
 def _payload_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -191,23 +191,23 @@ def _dataset_size(profile: dict[str, Any], *, scale: float | None, read_threads:
     times `scale`, in files of the measured layout's samples per file; or, with `scale` None, the
     samples this run's training data held. Never fewer files than reader workers, so that no worker
     is left without one."""
-    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    storage = _workload(profile)
     _, per_file = _samples_per_file(profile)
     if scale is None:
         total = int(profile["dataset"]["samples"])
         how = f"the samples of this run's training data ({profile['dataset']['root']})"
     else:
-        real, what = REAL_TRAIN_SAMPLES[model]
+        real, what = storage.real_train_samples, storage.real_train_set
         total = max(1, round(real * scale))
         how = f"{scale:g} x the real training set ({real:,} samples: {what})"
     if profile["dataset"]["format"] == "npy-columns":  # one file per column as stored; rows per file as parquet writes
-        per_file = min(per_file, DLRM_ROWS_PER_FILE)
+        per_file = min(per_file, COLUMN_ROWS_PER_FILE)
     files = max(math.ceil(total / per_file), read_threads, 1)
     return files, math.ceil(total / files), how
 
 
-# DLRM's samples live in shared column files; as parquet rows they are split into files of this many
-DLRM_ROWS_PER_FILE = 1 << 20
+# samples stored as rows of shared column arrays (npy-columns) become parquet files of this many rows
+COLUMN_ROWS_PER_FILE = 1 << 20
 
 
 def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None = None,
@@ -216,11 +216,11 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
 
     `accelerator` (one of MLPSTORAGE_ACCELERATORS, or another row of the emulation table): the
     workload is `<model>_<accelerator>.yaml`, the name `mlpstorage training run --accelerator-type`
-    picks, with that accelerator's batch and compute time from storage/emulation/compute_times.csv;
+    picks, with that accelerator's batch and compute time from the benchmark's compute-time table;
     without one it is `<model>_measured.yaml` with the compute this run measured. The datagen file is
     `<model>_datagen_measured.yaml`: never the published `<model>_datagen.yaml`."""
-    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
-    ref = REFERENCES[model]
+    storage = _workload(profile)
+    model, ref = storage.model, storage.workload
     records = profile["records"]
     columns = notes_columns = None
     if ref.format == "parquet":
@@ -231,9 +231,9 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         row = _accelerator_row(profile, accelerator)
         batch, compute, compute_stdev, au = row.batch_per_accelerator, row.seconds_per_step, 0.0, row.au_threshold
         compute_note = (f"computation_time {compute} s per batch of {batch}: {row.accelerator} in "
-                        f"storage/emulation/compute_times.csv ({row.source}).")
+                        f"{_workload(profile).compute_times.name} of {profile['benchmark']} ({row.source}).")
     else:
-        batch, au = profile["batch_size"], ref.au
+        batch, au = profile["batch_size"], storage.au_threshold
         compute, compute_stdev = _step_compute(profile)
         compute_note = (f"computation_time: the measured step time without its data wait, mean over steady steps and "
                         f"ranks (stdev capped at {MAX_STDEV_FRACTION:.0%} of it); measured on {profile['device']}, "
@@ -261,8 +261,8 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         notes += ["parquet columns (size in elements of dtype, payload only):", *[f"  {n}" for n in notes_columns],
                   "Parquet adds its own page and footer overhead on disk, not counted in record_length_bytes."]
     if profile["dataset"]["format"] == "npy-columns":
-        notes.append("DLRMv4's processed Yambda data is one memory-mapped array per column, every sample reading the "
-                     "same files, and samples share the history pool: the parquet form repeats each sample's history.")
+        notes.append("The trainer's data is one memory-mapped array per column, every sample reading the same files, "
+                     "and samples share a pool of history events: the parquet form repeats each sample's history.")
     steps = int(profile["totals"]["steps"])
     model_section: dict[str, Any] = {"name": model}
     if ref.model_type:
@@ -320,7 +320,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
 
 def _accelerator_row(profile: dict[str, Any], accelerator: str) -> ComputeTime:
     try:
-        return lookup(profile["benchmark"], accelerator)
+        return lookup(registry.find(profile["benchmark"]), accelerator)
     except ComputeTimeError as error:
         raise ExportError(f"--accelerator {accelerator!r}: {error}") from None
 
@@ -359,9 +359,8 @@ def _dlio_files(*, fmt: str, steps: int, batch: int, world: int, stored_per_file
 
 def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
     """(workload name, YAML text) for dlio-benchmark 2.0.0, sized to replay this run's steps."""
-    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
-    ref = REFERENCES[model]
-    fmt = DLIO_2_FORMAT[model]
+    storage = _workload(profile)
+    model, fmt = storage.model, storage.dlio_2_format
     records = profile["records"]
     t = profile["totals"]
     world, batch = profile["world_size"], profile["batch_size"]
@@ -408,7 +407,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         },
         "train": {"epochs": 1, "total_training_steps": steps, "computation_time": round(compute, 6),
                   "computation_time_stdev": round(compute_stdev, 6), "seed": 123},
-        "metric": {"au": ref.au},
+        "metric": {"au": storage.au_threshold},
     }
     lines = [
         "For dlio-benchmark 2.0.0 (PyPI): record_length (not record_length_bytes), a string model.",

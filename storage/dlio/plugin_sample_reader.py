@@ -5,8 +5,8 @@ copies out of memory mappings), with the trainer's window look-ahead where the p
 counts them in `ReadCounts`, judged the way common.data.reads judges a trainer's reads. The
 DLIO plugin (dlio_plugin_reader) is a thin shell around it, so the tests run it without DLIO.
 
-Like plugin_plan, it imports numpy, the standard library and storage.load_profile only: DLIO's
-environment imports it in every loader worker.
+Like plugin_plan, it imports numpy, the standard library, plugin_plan and common.data.reads (a leaf
+that imports numpy only) and nothing else: DLIO's environment imports it in every loader worker.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from storage.dlio.plugin_plan import PlanError, ReadPlan
 from common.data.reads import SIZE_BUCKETS, size_histogram
+from storage.dlio.plugin_plan import PlanError, ReadPlan
 
 COUNT_FIELDS = ("samples", "reads", "requested_bytes", "bytes", "sequential", "random", "first_touch")
 COUNTS_DIR = "plugin_reads"  # in DLIO's output folder: one pair of files per reading process

@@ -34,14 +34,14 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from common import registry
 from storage.dlio import replay as replay_module
 from storage.dlio.dlio_env import REPO_ROOT
 from storage.dlio.export import EXPORT_DIR, dlio_2_workload
 from storage.dlio.plugin_plan import (DEFAULT_SEED, DLIO_FORMAT, PLAN_FILE, PlanError, ReadPlan, histogram_match,
-                                             plan_from_profile, write_data)
+                                      plan_from_profile, write_data)
 from storage.dlio.plugin_sample_reader import COUNTS_DIR, collect_counts
 from storage.load_profile.profiler import WARMUP_STEPS
-from storage.dlio.references import MODEL_OF_BENCHMARK
 
 PLUGIN_DIR = "dlio-2.0.0-plugin"
 READER_CLASS = "storage.dlio.dlio_plugin_reader.ProfileReadsReader"
@@ -60,7 +60,7 @@ class PluginWorkload:
 
 def plugin_workload(profile: dict[str, Any], *, seed: int = DEFAULT_SEED) -> tuple[str, str, ReadPlan]:
     """(workload name, YAML text, read plan) of the plugin replay of this profile."""
-    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    model = registry.find(profile["benchmark"]).storage_workload().model
     _, generic_text = dlio_2_workload(profile)
     # the generic workload's loop (batch, threads, prefetch, step and preprocess times, steps): the
     # two replays then differ in what a sample reads and nothing else

@@ -1,2 +1,3 @@
-"""Accelerator emulation: what an accelerator takes per step (compute_times.csv), for storage
-measurements whose model step is slept instead of run."""
+"""Accelerator emulation: each rank one accelerator whose model step is slept for its compute time
+(each benchmark's compute_times.csv), while the benchmark's real loader reads the real files.
+`extension` joins it to a run; `plan` and `task` are what runs; `report` is emulation.json."""

@@ -1,9 +1,11 @@
-"""The compute time of one training step per accelerator (compute_times.csv): what an emulated
-accelerator sleeps instead of training, with the batch that time belongs to, MLPerf Storage's
-AU bar for the workload and where the figure comes from.
+"""The compute time of one training step per accelerator: what an emulated accelerator sleeps
+instead of training, with the batch that time belongs to, MLPerf Storage's AU bar and where the
+figure comes from. Each benchmark keeps its own rows (its spec's `storage.compute_times` CSV:
+accelerator, seconds_per_step, batch_per_accelerator, au_threshold, source; an empty
+au_threshold is the workload's bar from the spec).
 
-    python -m storage.emulation.compute_times            # the table
-    python -m storage.emulation.compute_times dlrm b200  # one row
+    python -m storage.emulation.compute_times                  # every registered benchmark's rows
+    python -m storage.emulation.compute_times <benchmark> b200  # one row (any of the benchmark's names)
 """
 
 from __future__ import annotations
@@ -13,19 +15,19 @@ import dataclasses
 import sys
 from pathlib import Path
 
-TABLE = Path(__file__).with_name("compute_times.csv")
-BENCHMARKS = ("flux", "retinanet", "dlrm")
-# the packages' names for the benchmarks
-PACKAGES = {"flux": "flux", "retinanet": "retinanet", "recommendation_v4": "dlrm"}
+from common import registry
+from common.spec import BenchmarkSpec
+
+HEADER = ["accelerator", "seconds_per_step", "batch_per_accelerator", "au_threshold", "source"]
 
 
 class ComputeTimeError(ValueError):
-    """A benchmark or accelerator the table does not have, or a malformed row (names the file and line)."""
+    """An accelerator a table does not have, or a malformed row (names the file and line)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ComputeTime:
-    benchmark: str
+    benchmark: str  # MLPerf Storage's model name, as its workload files say it
     accelerator: str
     seconds_per_step: float
     batch_per_accelerator: int
@@ -53,57 +55,76 @@ def _number(text: str, *, where: str, field: str, kind: type) -> float | int:
     return value
 
 
-def load(path: Path = TABLE) -> dict[tuple[str, str], ComputeTime]:
-    """Every row, keyed (benchmark, accelerator); comment lines start with '#'."""
-    rows: dict[tuple[str, str], ComputeTime] = {}
-    lines = [(number, line) for number, line in enumerate(path.read_text().splitlines(), start=1)
+def load(spec: BenchmarkSpec, path: Path | None = None) -> dict[str, ComputeTime]:
+    """The benchmark's rows keyed by accelerator (from `path`, default its spec's table); comment
+    lines start with '#'."""
+    try:
+        storage = spec.storage_workload()
+    except LookupError as error:
+        raise ComputeTimeError(str(error)) from None
+    path = Path(path) if path is not None else storage.compute_times
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ComputeTimeError(f"{path}: the compute-time table of {spec.package} cannot be read ({error})") from None
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1)
              if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader([line for _, line in lines])
-    expected = ["benchmark", "accelerator", "seconds_per_step", "batch_per_accelerator", "au_threshold", "source"]
-    if reader.fieldnames != expected:
-        raise ComputeTimeError(f"{path}: the header must be {','.join(expected)}, got {reader.fieldnames}")
+    if reader.fieldnames != HEADER:
+        raise ComputeTimeError(f"{path}: the header must be {','.join(HEADER)}, got {reader.fieldnames}")
+    rows: dict[str, ComputeTime] = {}
     for (number, _), row in zip(lines[1:], reader):
         where = f"{path}:{number}"
-        if row["benchmark"] not in BENCHMARKS:
-            raise ComputeTimeError(f"{where}: benchmark must be one of {', '.join(BENCHMARKS)}, got {row['benchmark']!r}")
+        bar = row["au_threshold"].strip()
         entry = ComputeTime(
-            benchmark=row["benchmark"], accelerator=row["accelerator"].strip().lower(),
+            benchmark=storage.model, accelerator=row["accelerator"].strip().lower(),
             seconds_per_step=_number(row["seconds_per_step"], where=where, field="seconds_per_step", kind=float),
             batch_per_accelerator=_number(row["batch_per_accelerator"], where=where, field="batch_per_accelerator",
                                           kind=int),
-            au_threshold=_number(row["au_threshold"], where=where, field="au_threshold", kind=float),
+            au_threshold=_number(bar, where=where, field="au_threshold", kind=float) if bar else storage.au_threshold,
             source=row["source"].strip())
         if entry.au_threshold > 1:
             raise ComputeTimeError(f"{where}: au_threshold must be <= 1, got {entry.au_threshold}")
-        key = (entry.benchmark, entry.accelerator)
-        if key in rows:
-            raise ComputeTimeError(f"{where}: a second row for {entry.benchmark} on {entry.accelerator}")
-        rows[key] = entry
+        if entry.accelerator in rows:
+            raise ComputeTimeError(f"{where}: a second row for {entry.accelerator}")
+        rows[entry.accelerator] = entry
     return rows
 
 
-def lookup(benchmark: str, accelerator: str, *, path: Path = TABLE) -> ComputeTime:
-    """The row for `benchmark` (a name of BENCHMARKS or a package name) on `accelerator`."""
-    name = PACKAGES.get(benchmark, benchmark)
-    rows = load(path)
+def lookup(spec: BenchmarkSpec, accelerator: str, *, path: Path | None = None) -> ComputeTime:
+    """The benchmark's row for `accelerator` (any case)."""
+    rows = load(spec, path)
     try:
-        return rows[(name, accelerator.strip().lower())]
+        return rows[accelerator.strip().lower()]
     except KeyError:
-        known = sorted(a for b, a in rows if b == name)
-        raise ComputeTimeError(f"{path} has no compute time for {name} on {accelerator!r}; accelerators there: "
-                               f"{', '.join(known) or 'none'}") from None
+        storage = spec.storage_workload()
+        raise ComputeTimeError(f"{path or storage.compute_times} has no compute time for {storage.model} on "
+                               f"{accelerator!r}; accelerators there: {', '.join(sorted(rows)) or 'none'}") from None
+
+
+def _line(row: ComputeTime) -> str:
+    return (f"{row.benchmark:<10}{row.accelerator:<8}{row.seconds_per_step:>10} s/step{row.batch_per_accelerator:>7}"
+            f"{row.samples_per_second:>14,.1f} samples/s  AU {row.au_threshold}  {row.source}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 2:
-        row = lookup(*args)
-        print(f"{row.benchmark} on {row.accelerator}: {row.seconds_per_step} s per step of {row.batch_per_accelerator} "
-              f"({row.samples_per_second:,.1f} samples/s), AU bar {row.au_threshold}; {row.source}")
-        return 0
-    for row in load().values():
-        print(f"{row.benchmark:<10}{row.accelerator:<8}{row.seconds_per_step:>10} s/step{row.batch_per_accelerator:>7}"
-              f"{row.samples_per_second:>14,.1f} samples/s  AU {row.au_threshold}  {row.source}")
+    try:
+        if len(args) == 2:
+            row = lookup(registry.find(args[0]), args[1])
+            print(f"{row.benchmark} on {row.accelerator}: {row.seconds_per_step} s per step of "
+                  f"{row.batch_per_accelerator} ({row.samples_per_second:,.1f} samples/s), AU bar {row.au_threshold}; "
+                  f"{row.source}")
+            return 0
+        if args:
+            print("usage: python -m storage.emulation.compute_times [<benchmark> <accelerator>]", file=sys.stderr)
+            return 2
+        for spec in registry.specs():
+            for row in load(spec).values() if spec.storage is not None else ():
+                print(_line(row))
+    except (ComputeTimeError, registry.RegistryError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

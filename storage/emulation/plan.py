@@ -1,8 +1,9 @@
 """The training plan of an emulated accelerator, for any benchmark.
 
-A benchmark's build, when `ctx.emulation` is set, prepares its data, its schedule and its training
-loader exactly as for training (the reference shapes, the per-accelerator batch, the loader
-settings) and hands them here instead of building a model. The plan:
+The benchmark's build prepares its data, its schedule and its training loader exactly as for
+training (the reference shapes, the per-accelerator batch, the loader settings: its DataPlan), and
+the emulation extension (storage.emulation.extension) hands them here instead of to the build's
+model. The plan:
 
 - drops the dataset's files from the page cache first (one rank per host, the others wait), so the
   loaders read from storage; with `storage.Emulation.drop_caches` the whole host's cache too;
@@ -11,36 +12,33 @@ settings) and hands them here instead of building a model. The plan:
 - trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
   evaluation, no learning rate, no checkpoints (the lifecycle skips them);
 - at the end gathers every accelerator's AU and writes emulation.json with the verdict against
-  the workload's AU threshold and the storage figures of the run's load profile.
+  the workload's AU threshold and the storage figures of the run's load profile (the one the run
+  just gathered, in memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier, gather_objects
+from common.run.benchmark import DataPlan, RunContext, TrainingPlan
+from common.run.loop import LoopResult
+from storage.emulation.report import build_report, verdict_line, write_report
+from storage.emulation.settings import EmulatedAccelerator, Emulation
+from storage.emulation.task import EmulatedTask
 from storage.host.page_cache import dataset_vs_memory, drop_caches, evict
 from storage.host.proactive_reclaim import find_reclaimers
 from storage.host.proactive_reclaim import warning as reclaim_warning
-from storage.emulation.report import build_report, verdict_line, write_report
-from storage.emulation.task import EmulatedTask
-from storage.load_profile.session import PROFILE_FILE
-from common.run.lifecycle import RunContext, TrainingPlan
-from common.run.loop import LoopResult
-from common.run.schedule import TrainingSchedule
 
 
 def _no_window(key: int) -> bool:
     return False
 
 
-def _cold_start(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] | None:
+def _cold_start(ctx: RunContext, settings: Emulation, data_dirs: Sequence[Path]) -> dict[str, Any] | None:
     """Evicts the dataset from the page cache on one rank per host; every rank waits for it."""
-    settings = ctx.emulation.settings
     report = None
     if ctx.info.local_rank == 0 and settings.evict_page_cache:
         dropped = drop_caches() if settings.drop_caches else None
@@ -72,19 +70,11 @@ def _memory_check(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] 
             "warning": check.warning, "proactive_reclaim": reclaim}
 
 
-def with_emulated_batch(cfg: Any, ctx: RunContext) -> Any:
-    """A benchmark's train config with the global batch the emulated accelerators read (their
-    per-accelerator batch times the ranks); `cfg` itself for a real run."""
-    if ctx.emulation is None:
-        return cfg
-    batch = ctx.emulation.global_batch_size(cfg.global_batch_size, ctx.info.world_size)
-    return dataclasses.replace(cfg, global_batch_size=batch)
-
-
-def emulated_plan(ctx: RunContext, *, loader: StreamingLoader, schedule: TrainingSchedule, dataset: str,
-                  data_dirs: Sequence[Path], count_samples: Callable[[Any], int],
-                  closeables: Sequence[Any] = ()) -> TrainingPlan:
-    accelerator = ctx.emulation
+def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccelerator,
+                  profile: Callable[[], Mapping[str, Any] | None]) -> TrainingPlan:
+    """The plan of `accelerator` on the benchmark's data; `profile` gives the run's load profile once
+    the run has finished it (rank 0; None where it is off or was not written)."""
+    schedule = data.schedule
     local_batch = schedule.local_batch_size
     seconds = accelerator.seconds_per_step(local_batch)
     compute = {"seconds_per_step": seconds, "stdev_s": accelerator.settings.stdev_s,
@@ -95,25 +85,23 @@ def emulated_plan(ctx: RunContext, *, loader: StreamingLoader, schedule: Trainin
         description=(f"[schedule] emulating {ctx.info.world_size} x {accelerator.name}: {seconds * 1e3:,.2f} ms per "
                      f"step of {local_batch} samples ({compute['source']}); {len(schedule.windows)} window(s); "
                      f"no evaluation, no checkpoints"))
-    cold = _cold_start(ctx, data_dirs)
-    memory = _memory_check(ctx, data_dirs)
+    cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
+    memory = _memory_check(ctx, data.data_dirs)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
-                        rank=ctx.info.rank, count_samples=count_samples)
+                        rank=ctx.info.rank, count_samples=data.count_samples)
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         utilisations = gather_objects(task.utilisation())
         if not ctx.info.is_main:
             return {}, None
-        profile_path = ctx.run_dir / PROFILE_FILE
-        profile = json.loads(profile_path.read_text()) if profile_path.exists() and ctx.run.load_profile else None
-        report = build_report(benchmark=ctx.emulation.row.benchmark, accelerator=accelerator.name,
+        report = build_report(benchmark=accelerator.row.benchmark, accelerator=accelerator.name,
                               utilisations=utilisations, au_threshold=accelerator.au_threshold, compute=compute,
-                              profile=profile, cold=cold, memory=memory)
+                              profile=profile(), cold=cold, memory=memory)
         path = write_report(ctx.run_dir, report)
         line = verdict_line(report)
         return {"emulation": {"accelerator": accelerator.name, "au": report["au"]["mean"], "passed": report["passed"],
                               "report": str(path)}}, line
 
-    return TrainingPlan(task=task, loader=loader, schedule=schedule,
-                        hyperparameters={"global_batch_size": schedule.global_batch_size}, dataset=dataset,
-                        reference_data=False, summarize=summarize, closeables=closeables, data_dirs=tuple(data_dirs))
+    return TrainingPlan(data=dataclasses.replace(data, schedule=schedule), task=task,
+                        hyperparameters={"global_batch_size": schedule.global_batch_size}, reference_data=False,
+                        summarize=summarize)

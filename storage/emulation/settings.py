@@ -1,5 +1,6 @@
 """`storage.Emulation.*`: how an emulated accelerator behaves, when `common.RunConfig.emulate`
-names one. The accelerator's figures come from compute_times.csv; every one can be overridden.
+names one. The accelerator's figures come from the benchmark's compute-time table (its spec's
+`storage.compute_times`); every one can be overridden.
 
     --gin_bindings 'common.RunConfig.emulate = "b200"'
     --gin_bindings 'storage.Emulation.seconds_per_step = 0.25'    # instead of the table's
@@ -12,13 +13,12 @@ import dataclasses
 import gin
 
 from common.config.checks import ConfigError, require, require_bool, require_int, require_number
-from storage.emulation.compute_times import PACKAGES, ComputeTime, ComputeTimeError, lookup
+from common.spec import BenchmarkSpec
+from storage.emulation.compute_times import ComputeTime, ComputeTimeError, lookup
 
 # batch_per_accelerator's two special values
 TABLE_BATCH = -1  # the batch the table's compute time belongs to (MLPerf Storage's per-accelerator batch)
 CONFIGURED_BATCH = 0  # the benchmark's own global batch, split over the ranks
-# MLPerf Storage's AU bar of each workload in its current (B200, MI355) form, for an accelerator the table lacks
-WORKLOAD_AU = {"flux": 0.90, "retinanet": 0.85, "dlrm": 0.70}
 
 
 @gin.configurable(module="storage")
@@ -76,20 +76,22 @@ class EmulatedAccelerator:
         return f"compute_times.csv: {self.row.source}{scaled}"
 
 
-def resolve(accelerator: str, settings: Emulation, *, benchmark: str) -> EmulatedAccelerator | None:
+def resolve(accelerator: str, settings: Emulation, *, spec: BenchmarkSpec) -> EmulatedAccelerator | None:
     """The emulated accelerator `common.RunConfig.emulate` names (None: a real run); a ConfigError
     naming the binding when the table has no such accelerator for the benchmark."""
     if not accelerator:
         return None
     try:
-        row = lookup(benchmark, accelerator)
+        row = lookup(spec, accelerator)
     except ComputeTimeError as error:
+        if spec.storage is None:
+            raise ConfigError(f"common.RunConfig.emulate={accelerator!r}: {error}") from None
         if settings.seconds_per_step is None or settings.batch_per_accelerator == TABLE_BATCH:
             raise ConfigError(f"common.RunConfig.emulate={accelerator!r}: {error}; or bind both "
                               "storage.Emulation.seconds_per_step and storage.Emulation.batch_per_accelerator") from None
         # an accelerator the table lacks, its compute time given by the user; the workload's AU bar stays
-        row = ComputeTime(benchmark=benchmark, accelerator=accelerator, seconds_per_step=settings.seconds_per_step,
+        row = ComputeTime(benchmark=spec.storage.model, accelerator=accelerator,
+                          seconds_per_step=settings.seconds_per_step,
                           batch_per_accelerator=max(settings.batch_per_accelerator, 1),
-                          au_threshold=settings.au_threshold or WORKLOAD_AU[PACKAGES.get(benchmark, benchmark)],
-                          source="user bindings")
+                          au_threshold=settings.au_threshold or spec.storage.au_threshold, source="user bindings")
     return EmulatedAccelerator(name=accelerator.strip().lower(), row=row, settings=settings)

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from storage.load_profile import block_device
 from common.data.byte_ranges import ByteRanges
+from storage.load_profile import block_device
 from storage.load_profile.profiler import FORMAT, VERSION, WARMUP_STEPS
 from storage.load_profile.stats import Distribution, summarize
 

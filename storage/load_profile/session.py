@@ -1,4 +1,4 @@
-"""The load profile of one launch, as the run lifecycle (common.run.lifecycle) drives it.
+"""The load profile of one launch, as its run extension (storage.load_profile.extension) drives it.
 
 It attaches a LoadProfiler to the training loader and, as an observer of the loop, tells it each
 step's data wait and compute, the evaluation time it leaves out and each checkpoint; `finish`
@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from common.checkpoint.progress import TrainingProgress
 from common.distributed.collectives import gather_objects
+from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 from storage.load_profile.block_device import DeviceReads
 from storage.load_profile.merge import merge, summary_line
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 
 PROFILE_FILE = "load_profile.json"
 PLOTS_DIR = "load_profile"

@@ -1,7 +1,7 @@
 """The project's import graph, read from the source with `ast` (nothing is imported).
 
-A node is a module of the project's packages (`common`, the benchmarks, `tests`, `scripts`
-files); an edge A -> B says A imports B, at the top of the file or inside a function. A
+A node is a module of the project's packages (`common`, `storage` and the registered benchmarks);
+an edge A -> B says A imports B, at the top of the file or inside a function. A
 `from P import x` is an edge to `P.x` when that is a module of the project, else to `P`.
 Imports under `if TYPE_CHECKING:` are left out: they never run.
 """
@@ -11,8 +11,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGES = ("common", "storage", "recommendation_v4", "retinanet", "flux")
-BENCHMARKS = ("recommendation_v4", "retinanet", "flux")
+from common.registry import packages
+
+LAYERS = ("common", "storage")  # the runtime, then the storage toolkit above it
+BENCHMARKS = packages()
+PACKAGES = LAYERS + BENCHMARKS
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -75,6 +78,21 @@ def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, 
                 if target in modules and target != name:
                     graph[name].add(target)
     return graph
+
+
+def package_graph(graph: dict[str, set[str]], top: str) -> dict[str, set[str]]:
+    """The arrows between the packages directly under `top` (a module directly in `top` is its own
+    node): `common.run.loop -> common.data.loader` is `common.run -> common.data`."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    packages: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        if module.split(".")[0] != top:
+            continue
+        node = packages.setdefault(package(module), set())
+        node.update(package(t) for t in imported if t.split(".")[0] == top and package(t) != package(module))
+    return packages
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

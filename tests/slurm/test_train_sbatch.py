@@ -19,8 +19,11 @@ import time
 
 import pytest
 
+from tests.flux.trainer_under_test import FLUX
+from tests.recommendation_v4.trainer_under_test import DLRM
+from tests.retinanet.trainer_under_test import RETINANET
 from tests.slurm.cluster import TRAIN_SBATCH, checkpoints, mllog_keys, sample_log, trained_steps
-from tests.trainers.trainer_suite import DLRM, FLUX, RETINANET, TrainerUnderTest
+from tests.trainers.trainer_suite import TrainerUnderTest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from common.run.logs import read_metrics
+from tests.recommendation_v4.trainer_under_test import DLRM
 from tests.trainers.trainer_process import REPO, start_command, trainer_env, wait_for_step
-from tests.trainers.trainer_suite import DLRM
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

@@ -31,10 +31,11 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from storage.dlio.references import MODEL_OF_BENCHMARK
+from common import registry
 from common.mlperf.compliance import check_log
 from common.run.logs import read_metrics
 from common.tracing import RANK_PID_BASE, read_trace
+from tests.trainers.suite_checks import check_config_error_exits_2
 from tests.trainers.trace_checks import hta_names, hta_trace, validate_chrome_trace
 from tests.trainers.trainer_process import REPO, run_command, start_command, trainer_command, trainer_env, wait_for_step, worker_pids
 from tests.trainers.trainer_suite import TRAINERS, TrainerUnderTest
@@ -87,11 +88,7 @@ def _env(tmp_path: pathlib.Path) -> dict:
 
 # ------------------------------------------------------------------------------ config and data
 def test_config_errors_exit_2_with_one_line_naming_the_binding(trainer: TrainerUnderTest, tmp_path, capsys):
-    binding, message = trainer.bad_bindings[0]
-    cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1, bindings=[binding])
-    proc = run_command(cmd, timeout=120, expect_returncode=2, env=_env(tmp_path))
-    assert proc.stderr.strip().splitlines() == [f"config error: {proc.stderr.strip().removeprefix('config error: ')}"]
-    assert message in proc.stderr
+    check_config_error_exits_2(trainer, *trainer.bad_bindings[0], env=_env(tmp_path))
 
     main = importlib.import_module(f"{trainer.package}.train").main
     try:
@@ -235,7 +232,7 @@ def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -
     exported = subprocess.run([sys.executable, "-m", "storage.dlio", "export", str(run_dir)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
-    model = MODEL_OF_BENCHMARK[profile["benchmark"]]
+    model = registry.find(profile["benchmark"]).storage.model
     dataset = yaml.safe_load((run_dir / "dlio" / "mlperf_storage" / f"{model}_measured.yaml").read_text())["dataset"]
     # the record is its payload: the parquet columns' sum (headers of the stored cells left out; DLRM's
     # history columns hold the mean history length read, rounded to whole events), else the mean read

@@ -1,5 +1,6 @@
-"""The run lifecycle in one process, with a toy benchmark: what it writes, and that it closes
-everything it opened on every path (success, an error in a step, a config error in the build)."""
+"""The run lifecycle in one process, with a toy benchmark: what it writes, that it closes
+everything it opened on every path (success, an error in a step, a config error in the build), and
+where an extension joins a run (common.run.extensions)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from common import run
 from common.config.checks import ConfigError
 from common.data.loader import StreamingLoader
+from common.run import lifecycle
+from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.events import LoopObserver
+from common.run.extensions import RunExtension
 from common.run.learning_rate import LinearWarmup
 from common.run.schedule import TrainingSchedule
 from common.run.task import EvalOutput, StepOutput
+from common.spec import BenchmarkSpec
 
 
 class _Source:
@@ -56,26 +61,41 @@ class _Closeable:
         self.closed = True
 
 
-def _benchmark(*, fail_at_step=None, nan_at_step=None, build_error=False, opened: dict):
-    def build(ctx: run.RunContext) -> run.TrainingPlan:
-        opened["eval_loader"] = _Closeable()
+class _ToyBuild:
+    def __init__(self, ctx: RunContext, *, task: _Task, build_error: bool, opened: dict) -> None:
+        self.ctx, self.task, self.build_error, self.opened = ctx, task, build_error, opened
+
+    def data(self) -> DataPlan:
+        self.opened["ctx"] = self.ctx
         loader = StreamingLoader(source=_Source(), num_workers=0,
-                                 build_window=lambda key: [np.arange(key * 10 + 2 * b, key * 10 + 2 * b + 2) for b in range(3)])
-        opened["loader"] = loader
-        if build_error:
-            raise ConfigError("toy.TrainConfig.x must be positive, got -1")
+                                 build_window=lambda key: [np.arange(key * 10 + 2 * b, key * 10 + 2 * b + 2)
+                                                           for b in range(3)])
+        self.opened["loader"] = loader
         schedule = TrainingSchedule(windows=[0, 1], global_batch_size=2, local_batch_size=2, train_samples=12,
                                     description="[schedule] two windows of three batches", eval_every_steps=3,
                                     learning_rate=LinearWarmup(base_lr=0.1, warmup_steps=2))
-        return run.TrainingPlan(
-            task=_Task(fail_at_step, nan_at_step), loader=loader, schedule=schedule, hyperparameters={"global_batch_size": 2},
-            dataset="toy", reference_data=False,
+        return DataPlan(loader=loader, schedule=schedule, dataset="toy", data_dirs=(), count_samples=len)
+
+    def training(self, data: DataPlan) -> TrainingPlan:
+        self.opened["eval_loader"] = _Closeable()
+        if self.build_error:
+            raise ConfigError("toy.TrainConfig.x must be positive, got -1")
+        return TrainingPlan(
+            data=data, task=self.task, hyperparameters={"global_batch_size": 2}, reference_data=False,
             summarize=lambda result, untrained: ({"toy": True}, f"[done] {result.progress.global_step} steps"),
-            evaluate_untrained=True, closeables=[opened["eval_loader"]],
+            evaluate_untrained=True, closeables=[self.opened["eval_loader"]],
         )
 
-    return run.Benchmark(package="toy", mlperf_name="dlrmv4", ruleset="6.1.0", reference_config="toy_reference.gin",
-                         read_configs=lambda: None, build=build)
+
+TOY = BenchmarkSpec(package="toy", title="Toy", mlperf_name="dlrmv4")
+
+
+def _benchmark(*, fail_at_step=None, nan_at_step=None, build_error=False, opened: dict):
+    def build(ctx: RunContext) -> _ToyBuild:
+        return _ToyBuild(ctx, task=_Task(fail_at_step, nan_at_step), build_error=build_error, opened=opened)
+
+    return Benchmark(spec=TOY, ruleset="6.1.0", reference_config="toy_reference.gin", read_configs=lambda: None,
+                     build=build)
 
 
 @pytest.fixture
@@ -92,7 +112,7 @@ def _mllog_keys(run_dir) -> list[str]:
 
 def test_a_finished_run_writes_its_directory_and_checks_its_log(gin_file, tmp_path, capsys):
     opened = {}
-    assert run.main(_benchmark(opened=opened), ["--gin_config", str(gin_file)]) == 0
+    assert lifecycle.main(_benchmark(opened=opened), ["--gin_config", str(gin_file)]) == 0
     run_dir = tmp_path / "runs" / "toy" / "toy"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["steps"], summary["samples"], summary["toy"]) == (6, 12, True)
@@ -111,7 +131,7 @@ def test_an_error_in_a_step_still_closes_everything(gin_file, tmp_path):
     opened = {}
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(RuntimeError, match="a step failed"):
-        run.main(_benchmark(fail_at_step=4, opened=opened), ["--gin_config", str(gin_file)])
+        lifecycle.main(_benchmark(fail_at_step=4, opened=opened), ["--gin_config", str(gin_file)])
     assert opened["eval_loader"].closed and opened["loader"]._pool._shutdown
     assert signal.getsignal(signal.SIGTERM) == before  # the preemption handler is gone with the run
     run_dir = tmp_path / "runs" / "toy" / "toy"
@@ -122,7 +142,7 @@ def test_an_error_in_a_step_still_closes_everything(gin_file, tmp_path):
 
 def test_a_config_error_in_the_build_exits_2_with_one_line(gin_file, tmp_path, capsys):
     before = signal.getsignal(signal.SIGTERM)
-    assert run.main(_benchmark(build_error=True, opened={}), ["--gin_config", str(gin_file)]) == 2
+    assert lifecycle.main(_benchmark(build_error=True, opened={}), ["--gin_config", str(gin_file)]) == 2
     assert capsys.readouterr().err.strip() == "config error: toy.TrainConfig.x must be positive, got -1"
     assert signal.getsignal(signal.SIGTERM) == before
     assert (tmp_path / "runs" / "toy" / "toy" / "mllog.log").read_text().count("init_start") == 1
@@ -132,7 +152,7 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_before_it_saves(gin_file, t
     monkeypatch.setenv("CKPT_PATH", str(tmp_path / "ckpt"))
     gin_file.write_text(gin_file.read_text() + "common.CheckpointPolicy.every_n_steps = 1\n")
     opened = {}
-    assert run.main(_benchmark(nan_at_step=3, opened=opened), ["--gin_config", str(gin_file)]) == 4
+    assert lifecycle.main(_benchmark(nan_at_step=3, opened=opened), ["--gin_config", str(gin_file)]) == 4
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["training error: step 4 (window 1, batch 0): the loss is nan; nothing after the last checkpoint "
                    "was saved"]
@@ -141,3 +161,76 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_before_it_saves(gin_file, t
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["loss"] for r in steps if "loss" in r][-1] == "nan"  # the step that diverged is on record
     assert opened["eval_loader"].closed and opened["loader"]._pool._shutdown
+
+
+class _Steps(LoopObserver):
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def step_ends(self, step) -> None:
+        self.events.append(("step", step.progress.global_step))
+
+
+class _Extension(RunExtension):
+    """Records when each hook is called; with `replaces_training` it trains its own task on the data."""
+
+    def __init__(self, *, replaces_training: bool) -> None:
+        self.replaces_training, self.events = replaces_training, []
+
+    def configure(self, run, benchmark) -> None:
+        self.events.append(("configure", benchmark.package))
+
+    def trains_model(self) -> bool:
+        return not self.replaces_training
+
+    def global_batch_size(self, configured: int, world_size: int) -> int:
+        return configured * 3
+
+    def plan(self, ctx, data, training) -> TrainingPlan:
+        self.events.append("plan")
+        if not self.replaces_training:
+            return training(data)
+        return TrainingPlan(data=data, task=_Task(None), hyperparameters={}, reference_data=False,
+                            summarize=lambda result, untrained: ({"replaced": True}, None))
+
+    def observers(self, ctx, plan, progress):
+        return [_Steps(self.events)]
+
+    def finish(self, ctx, plan, result) -> None:
+        self.events.append(("finish", result.progress.global_step, (ctx.run_dir / "summary.json").exists()))
+
+
+def test_an_extension_joins_the_run_at_each_hook(gin_file, tmp_path):
+    opened, extension = {}, _Extension(replaces_training=False)
+    assert lifecycle.main(_benchmark(opened=opened), ["--gin_config", str(gin_file)], extensions=[extension]) == 0
+    assert extension.events[:2] == [("configure", "toy"), "plan"]
+    assert [e for e in extension.events if e[0] == "step"] == [("step", s) for s in range(1, 7)]
+    assert extension.events[-1] == ("finish", 6, False)  # before the summary is written
+    assert opened["ctx"].global_batch_size(2) == 6 and opened["ctx"].trains_model
+    assert "eval_loader" in opened  # the model's part of the build ran
+
+
+def test_an_extension_that_replaces_training_builds_no_model_saves_nothing_and_checks_no_compliance(
+        gin_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("CKPT_PATH", str(tmp_path / "ckpt"))
+    gin_file.write_text(gin_file.read_text() + "common.CheckpointPolicy.every_n_steps = 1\n")
+    opened, extension = {}, _Extension(replaces_training=True)
+    assert lifecycle.main(_benchmark(opened=opened), ["--gin_config", str(gin_file)], extensions=[extension]) == 0
+    assert "eval_loader" not in opened and not opened["ctx"].trains_model
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+    summary = json.loads((tmp_path / "runs" / "toy" / "toy" / "summary.json").read_text())
+    assert summary["replaced"] and summary["steps"] == 6 and "compliance" not in summary
+    assert opened["loader"]._pool._shutdown
+
+
+def test_emulate_without_an_extension_that_emulates_is_a_config_error(gin_file, capsys):
+    code = lifecycle.main(_benchmark(opened={}), ["--gin_config", str(gin_file), "--gin_bindings",
+                                                 'common.RunConfig.emulate = "b200"'])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("config error: common.RunConfig.emulate='b200': no extension")
+
+
+def test_a_config_error_in_the_models_build_closes_the_data_loader(gin_file):
+    opened = {}
+    assert lifecycle.main(_benchmark(build_error=True, opened=opened), ["--gin_config", str(gin_file)]) == 2
+    assert opened["loader"]._pool._shutdown

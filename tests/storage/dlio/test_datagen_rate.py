@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import pytest
 
-from storage.dlio.datagen_rate import MB, REFERENCES, measure_dlio_datagen, scaled_shape
+from common import registry
+from storage.dlio.datagen_rate import MB, measure_dlio_datagen, scaled_shape
 
 pytestmark = pytest.mark.slow
 
 
 def test_scaling_keeps_the_reference_shape_or_one_smaller_file():
-    assert scaled_shape(REFERENCES["retinanet"], 20_000_000) == (62, 1)  # 322,957 B per JPEG record
-    assert scaled_shape(REFERENCES["flux"], 2_000_000_000) == (4, 256)  # 554 MB files, as published
-    assert scaled_shape(REFERENCES["flux"], 20_000_000) == (1, 9)  # one file, fewer samples
+    assert scaled_shape(registry.find("retinanet").storage.datagen, 20_000_000) == (62, 1)  # 322,957 B per JPEG record
+    assert scaled_shape(registry.find("flux").storage.datagen, 2_000_000_000) == (4, 256)  # 554 MB files, as published
+    assert scaled_shape(registry.find("flux").storage.datagen, 20_000_000) == (1, 9)  # one file, fewer samples
     with pytest.raises(ValueError):
-        scaled_shape(REFERENCES["dlrm"], 0)
+        scaled_shape(registry.find("dlrm").storage.datagen, 0)
 
 
 def test_retinanet_datagen_writes_the_files_and_reports_positive_rates(dlio_env, tmp_path):

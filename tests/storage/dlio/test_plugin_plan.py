@@ -11,12 +11,12 @@ import signal
 import numpy as np
 import pytest
 
-from storage.host.page_cache import evict, resident_bytes
-from storage.dlio.plugin_plan import (PLAN_FILE, PlanError, ReadPlan, access_of, data_file_names,
-                                             histogram_match, layout_of, plan_from_profile, profile_reads,
-                                             read_in_file_order, solve_scale, write_data)
-from storage.dlio.plugin_sample_reader import ReadCounts, SampleReader, collect_counts
 from common.data.reads import size_histogram
+from storage.dlio.plugin_plan import (PLAN_FILE, PlanError, ReadPlan, access_of, data_file_names, histogram_match,
+                                      layout_of, plan_from_profile, profile_reads, read_in_file_order, solve_scale,
+                                      write_data)
+from storage.dlio.plugin_sample_reader import ReadCounts, SampleReader, collect_counts
+from storage.host.page_cache import evict, resident_bytes
 from tests.storage.load_profile.workload_profiles import BATCH, BENCHMARKS, STEPS, workload_profile
 
 LAYOUT = {"retinanet": "whole_file", "flux": "shards", "recommendation_v4": "columns"}

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from storage.dlio import replay as replay_module
-from storage.dlio import replays as replays_module
 from storage.dlio import replay_cli
+from storage.dlio import replays as replays_module
 from storage.dlio.export import dlio_2_workload
 from storage.dlio.plugin_plan import PLAN_FILE, ReadPlan, histogram_match
 from storage.dlio.plugin_workload import (READER_CLASS, PluginReplayResult, dlio_data_wait, plugin_workload,

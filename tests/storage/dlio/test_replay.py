@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from storage.dlio import replay as replay_module
-from storage.load_profile.profiler import FORMAT, VERSION
 from storage.dlio.replay import ReplayError, ReplayResult, bytes_per_sample, check_workload, replay
 from storage.dlio.replay_cli import main as cli_main
+from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import known_profile
 

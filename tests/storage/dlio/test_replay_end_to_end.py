@@ -15,8 +15,8 @@ import yaml
 
 from storage.dlio.export import export
 from storage.dlio.replay import replay
+from tests.retinanet.trainer_under_test import RETINANET
 from tests.trainers.trainer_process import run_command, trainer_command
-from tests.trainers.trainer_suite import RETINANET
 
 pytestmark = pytest.mark.slow
 STEPS = 80

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from storage.emulation.task import EmulatedTask, hold
 from common.run.task import StepContext
+from storage.emulation.task import EmulatedTask, hold
 
 
 @pytest.mark.parametrize("seconds", [0.0003, 0.004, 0.03])

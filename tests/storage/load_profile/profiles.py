@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.data.reads import forget_access_history, note_reads, note_records, recording
 from storage.load_profile.merge import merge
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.data.reads import forget_access_history, note_reads, note_records, recording
 
 BATCH, STEPS, RECORD = 4, 10, 3000
 DEVICE_READS, DEVICE_BYTES = 40, 1 << 20  # what the one device under the data served, host-wide

@@ -7,12 +7,12 @@ import json
 import pytest
 import yaml
 
+from common.data.reads import forget_access_history, note_reads, note_records, recording
 from storage.dlio.export import ExportError, export, read_profile
-from storage.load_profile.profiler import VERSION
-from storage.load_profile.session import write_profile
 from storage.load_profile.merge import merge, summary_line
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.data.reads import forget_access_history, note_reads, note_records, recording
+from storage.load_profile.profiler import VERSION
+from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import (
     BATCH,
     DATASET,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.data.reads import forget_access_history, note_reads, note_records, recording
 from storage.load_profile.merge import merge
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
-from common.data.reads import forget_access_history, note_reads, note_records, recording
 
 BATCH, STEPS = 8, 12
 COMPUTE_S, WAIT_S = 0.02, 0.002

@@ -1,0 +1,38 @@
+"""Emulated accelerators as an extension of the run: when `common.RunConfig.emulate` names an
+accelerator, every rank is one such accelerator. The benchmark's build still prepares its data
+and its training loader (the global batch is the accelerator's, times the ranks); the model part
+is never built: the plan is storage.emulation.plan's, and no checkpoint is saved or resumed."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from common.config.checks import read
+from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.extensions import RunExtension
+from common.run.settings import RunConfig
+from storage.emulation.plan import emulated_plan
+from storage.emulation.settings import EmulatedAccelerator, Emulation, resolve
+from storage.load_profile.extension import LoadProfileExtension
+
+
+class EmulationExtension(RunExtension):
+    def __init__(self, profile: LoadProfileExtension) -> None:
+        self.load_profile = profile  # its report reads the run's load profile from there
+        self.accelerator: EmulatedAccelerator | None = None
+
+    def configure(self, run: RunConfig, benchmark: Benchmark) -> None:
+        self.accelerator = resolve(run.emulate, read(Emulation), spec=benchmark.spec)
+
+    def trains_model(self) -> bool:
+        return self.accelerator is None
+
+    def global_batch_size(self, configured: int, world_size: int) -> int:
+        if self.accelerator is None:
+            return configured
+        return self.accelerator.global_batch_size(configured, world_size)
+
+    def plan(self, ctx: RunContext, data: DataPlan, training: Callable[[DataPlan], TrainingPlan]) -> TrainingPlan:
+        if self.accelerator is None:
+            return training(data)
+        return emulated_plan(ctx, data, accelerator=self.accelerator, profile=lambda: self.load_profile.profile)

@@ -1,0 +1,58 @@
+"""The regression's dataset: sample_<i>.npy files of 16 features and a target, written on first use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common.data.reads import note_reads, note_records
+
+FEATURES = 16
+
+
+class MissingData(FileNotFoundError):
+    """The dataset is not there; names the folder."""
+
+
+def generate(folder: Path, *, samples: int, seed: int = 0) -> Path:
+    """Writes `samples` files with target = features . w + noise (w fixed by the seed)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=FEATURES).astype(np.float32)
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(samples):
+        x = rng.normal(size=FEATURES).astype(np.float32)
+        y = np.float32(x @ weights + 0.01 * rng.normal())
+        np.save(folder / f"sample_{index:06d}.npy", np.append(x, y))
+    return folder
+
+
+class NpySamples:
+    """One file per sample, read whole, as the shared loader's source."""
+
+    def __init__(self, folder: Path) -> None:
+        self.files = sorted(Path(folder).glob("sample_*.npy"))
+        if not self.files:
+            raise MissingData(f"{folder}: no sample_*.npy files (generate them with regression.data.generate)")
+        self.folder = Path(folder)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def get_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = []
+        for index in np.asarray(indices, dtype=np.int64):
+            path = self.files[index]
+            raw = path.read_bytes()
+            note_reads(str(path), 0, len(raw))
+            note_records([len(raw)])
+            rows.append(np.load(path))
+        batch = torch.from_numpy(np.stack(rows))
+        return batch[:, :FEATURES], batch[:, FEATURES]
+
+    def storage_description(self) -> dict:
+        sizes = [path.stat().st_size for path in self.files]
+        return {"format": "npy", "access": "read", "root": str(self.folder), "files": len(self.files),
+                "bytes": sum(sizes), "bytes_exact": True, "samples": len(self.files),
+                "file_bytes_mean": float(np.mean(sizes)), "file_bytes_stdev": float(np.std(sizes))}
