@@ -115,7 +115,12 @@ class _MappedShard:
         array = batch.column(name)
         if array.null_count:
             raise FluxDataError(f"{self.path}: column {name!r} has {array.null_count} null cell(s)")
-        dtype = np.dtype(array.type.to_pandas_dtype())
+        if not pa.types.is_integer(array.type):
+            raise FluxDataError(f"{self.path}: column {name!r} is {array.type}, not an integer")
+        # Arrow's buffers are little-endian; the dtype from the type itself (pyarrow's to_pandas_dtype
+        # would import pandas, which a node's own Python may not have)
+        kind = "i" if pa.types.is_signed_integer(array.type) else "u"
+        dtype = np.dtype(f"<{kind}{array.type.bit_width // 8}")
         return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + len(array)]
 
     def locate(self, row: int) -> tuple[int, int]:

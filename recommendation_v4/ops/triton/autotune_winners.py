@@ -4,12 +4,15 @@
         --heads 4 --attn-dim 128 --hidden-dim 128 --model-dim 512 --dtype bfloat16 [--merge-into FILE]
 
 The output is an {"archs": {...}} fragment in `autotune_configs.json`'s format for this
-device's architecture key, so re-pinning for a new GPU is a copy (or `--merge-into`).
+device's architecture key, so re-pinning for a new GPU is a copy (or `--merge-into`). A merge also
+records, under the table's "measured" key, which device the winners were timed on, when, with which
+torch and Triton and at which shapes: an architecture without that record holds starting points.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -88,12 +91,26 @@ def _exercise_kernels(args: argparse.Namespace, device: torch.device) -> None:
     left.sum().backward()
 
 
-def _merge(table_file: Path, fragment: dict) -> None:
+def measurement(args: argparse.Namespace, device: torch.device) -> dict:
+    """Where and how the winners were timed, for the table's "measured" record."""
+    import triton
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "the Triton interpreter on a CPU"
+    return {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+            "triton": triton.__version__,
+            "shapes": {k: getattr(args, k) for k in ("batch_size", "max_seq_len", "heads", "attn_dim", "hidden_dim",
+                                                       "model_dim", "dtype")}}
+
+
+def _merge(table_file: Path, fragment: dict, measured: dict) -> None:
     table = json.loads(table_file.read_text())
     for arch, per_op in fragment.items():
         for op, per_key in per_op.items():
             table["archs"].setdefault(arch, {}).setdefault(op, {}).update(per_key)
-    table_file.write_text(json.dumps(table, indent=2) + "\n")
+        table.setdefault("measured", {})[arch] = measured
+    staging = table_file.with_name(table_file.name + ".tmp")
+    staging.write_text(json.dumps(table, indent=2) + "\n")
+    staging.replace(table_file)  # the kernels of a run that starts meanwhile read a whole table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fragment = tuning.winners_table()
     print(json.dumps({"archs": fragment}, indent=2))
     if args.merge_into is not None:
-        _merge(args.merge_into, fragment)
+        _merge(args.merge_into, fragment, measurement(args, device))
         print(f"merged into {args.merge_into}", file=sys.stderr)
     return 0
 

@@ -27,6 +27,11 @@ def test_search_prints_a_table_fragment_that_pins_back_to_the_winners(monkeypatc
         space = tuning.search_space(facts=INTERPRETER, op=op)
         assert all(cfg in space for cfg in per_key.values()), op
 
+    # The merge says where the winners were timed, when, and with what.
+    measured = json.loads(table_file.read_text())["measured"]["interpreter"]
+    assert measured["device"] == "the Triton interpreter on a CPU" and measured["shapes"]["max_seq_len"] == 20
+    assert measured["date"] and measured["torch"] and measured["triton"]
+
     # The merged file now pins exactly what the search chose.
     monkeypatch.setenv("TRITON_FULL_AUTOTUNE", "0")
     monkeypatch.setenv("HSTU_AUTOTUNE_TABLE", str(table_file))
