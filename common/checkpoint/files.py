@@ -7,6 +7,7 @@ arbitrary code (tensor payloads are read by DCP with ``torch.load(weights_only=T
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import os
@@ -66,10 +67,22 @@ _SAFE_GLOBALS: dict[str, set[str]] = {
 }
 
 
+def _enum_member(owner: Any, name: Any) -> Any:
+    """`getattr(owner, name)` as some Python 3.11 releases pickle an Enum member (by name: Debian
+    bookworm's 3.11.2 writes DCP's _MEM_FORMAT_ENCODING members so; 3.11.7 by value), for a member
+    of an Enum the unpickler allowed and nothing else."""
+    if isinstance(owner, type) and issubclass(owner, enum.Enum) and isinstance(name, str) and name in owner.__members__:
+        return owner[name]
+    raise pickle.UnpicklingError(f"checkpoint .metadata asks for getattr({owner!r}, {name!r}), which is not an "
+                                 "enum member: refusing to load it")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == dcp_metadata.__name__ and isinstance(getattr(dcp_metadata, name, None), type):
             return getattr(dcp_metadata, name)
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         if name in _SAFE_GLOBALS.get(module, ()):

@@ -260,6 +260,54 @@ class _Exploit:
         return (os.system, ("touch /tmp/should_never_exist_ckpt",))
 
 
+# DCP's metadata enum as Debian bookworm's Python 3.11.2 pickles its members: getattr(class, name)
+_BY_NAME = (b"\x80\x04\x95w\x00\x00\x00\x00\x00\x00\x00\x8c\x08builtins\x94\x8c\x07getattr\x94\x93\x94\x8c%"
+            b"torch.distributed.checkpoint.metadata\x94\x8c\x14_MEM_FORMAT_ENCODING\x94\x93\x94\x8c\x17"
+            b"TORCH_CONTIGUOUS_FORMAT\x94\x86\x94R\x94.")
+
+
+class _GetattrExploit:
+    def __reduce__(self):
+        from torch.distributed.checkpoint.metadata import Metadata
+
+        return (getattr, (Metadata, "__init__"))  # an allowed class, but not an enum member
+
+
+class _EnumsByName(pickle.Pickler):
+    """Pickles DCP's metadata enum members the way Python 3.11.2 does: getattr(class, name)."""
+
+    def reducer_override(self, obj):
+        from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+        if isinstance(obj, _MEM_FORMAT_ENCODING):
+            return getattr, (type(obj), obj.name)
+        return NotImplemented
+
+
+def test_an_enum_member_pickled_by_name_loads_and_no_other_getattr_does(tmp_path):
+    import io
+
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    from common.checkpoint.files import _MetadataUnpickler
+
+    assert _MetadataUnpickler(io.BytesIO(_BY_NAME)).load() is _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT
+    manager = CheckpointManager(tmp_path)
+    manager.save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={})
+    metadata = read_dcp_metadata(tmp_path / "a")
+    # the whole metadata, written with its enum members by name, reads back the same
+    buffer = io.BytesIO()
+    _EnumsByName(buffer).dump(metadata)
+    assert b"getattr" in buffer.getvalue()
+    (tmp_path / "a" / ".metadata").write_bytes(buffer.getvalue())
+    again = read_dcp_metadata(tmp_path / "a").state_dict_metadata["t.w"]
+    assert again.size == torch.Size([1])
+    assert again.properties.memory_format == metadata.state_dict_metadata["t.w"].properties.memory_format
+    (tmp_path / "a" / ".metadata").write_bytes(pickle.dumps(_GetattrExploit()))
+    with pytest.raises(pickle.UnpicklingError, match="asks for getattr"):
+        read_dcp_metadata(tmp_path / "a")
+
+
 def test_dcp_metadata_with_foreign_globals_is_refused(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={})
