@@ -45,9 +45,26 @@ start=$(date +%s)
 start_fmt=$(date +%Y-%m-%d\ %r)
 echo "STARTING TIMING RUN AT $start_fmt"
 
+# The trainer runs as this script's child, and the preemption signals are passed on to it: as a
+# container's first process (docker stop, podman stop: SIGTERM to PID 1 only) this script is the
+# only process that receives them, and PID 1 ignores a signal it has no handler for. Ctrl-C (SIGINT)
+# becomes a preemption too: the trainer saves at its next step and exits 0. A signal sent to the
+# whole process group (timeout, scancel, Slurm) reaches the trainer twice; the second is a no-op.
 set +e
-"${launch[@]}" --gin_config "$config" "${bindings[@]}"
-ret_code=$?
+"${launch[@]}" --gin_config "$config" "${bindings[@]}" &
+child=$!
+forwarded=0
+forward() { forwarded=1; kill -s "$1" "$child" 2>/dev/null || true; }
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+trap 'forward TERM' INT
+while :; do
+  forwarded=0
+  wait "$child"
+  ret_code=$?
+  [[ $forwarded -eq 1 ]] || break  # a passed-on signal interrupts the wait; the trainer still runs
+done
+trap - TERM USR1 INT
 set -e
 
 end=$(date +%s)

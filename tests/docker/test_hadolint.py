@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILES = ("docker/Dockerfile.cuda", "docker/Dockerfile.rocm")
+DOCKERFILES = ("docker/Dockerfile.cuda", "docker/Dockerfile.rocm", "docker/Dockerfile.cpu")
 
 
 def _hadolint() -> str:

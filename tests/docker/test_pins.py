@@ -20,7 +20,9 @@ from packaging.specifiers import SpecifierSet
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
-IMAGES = ("cuda", "rocm")
+IMAGES = ("cuda", "rocm")  # the GPU images, whose Dockerfiles install the pins themselves
+# every image, the CPU one too (its venv is scripts/setup_venv.sh's own, verified by pins.py at the end)
+ALL_IMAGES = (*IMAGES, "cpu")
 PYPROJECT = "pyproject.toml"
 REQUIREMENTS_EXTRA = "scripts/requirements-extra.txt"
 SETUP_VENV = "scripts/setup_venv.sh"
@@ -236,6 +238,12 @@ def _installed_torch_cuda() -> str | None:
     return None
 
 
+def test_the_cpu_image_is_made_by_the_venv_script_and_checked_against_every_pin():
+    runs = run_texts("cpu")
+    assert any("bash scripts/setup_venv.sh" in run and 'docker/pins.py verify' in run for run in runs), runs
+    assert any("python3.11" in run and "apt-get install" in run for run in runs)
+
+
 def test_cuda_base_image_matches_the_torch_pin():
     base = args("cuda")["BASE_IMAGE"]
     match = re.fullmatch(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn\d+-devel", base)
@@ -278,7 +286,7 @@ def test_rocm_gpu_packages_come_from_the_pytorch_rocm_index():
         assert specs.get(name) == f"index {index}", f"{name}: Dockerfile.rocm takes it from {specs.get(name)}, not {index}"
 
 
-@pytest.mark.parametrize("image", IMAGES)
+@pytest.mark.parametrize("image", ALL_IMAGES)
 def test_run_environment(image):
     """run_and_time.sh works inside: data at /data, results at /results, the venv's python."""
     env = env_values(image)
@@ -298,12 +306,12 @@ def test_run_environment(image):
         assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
 
 
-@pytest.mark.parametrize("image", IMAGES)
+@pytest.mark.parametrize("image", ALL_IMAGES)
 def test_build_context_leaves_out_local_state(image):
     ignore = DOCKER / f"Dockerfile.{image}.dockerignore"
     assert ignore.is_file(), f"{ignore.relative_to(REPO)} missing: the build would send .venv and data/ to the daemon"
     patterns = {line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")}
-    assert {".venv", "data", "runs", ".git"} <= patterns
+    assert {".venv", ".venv-dlio", ".accelerator-site", "data", "runs", ".git"} <= patterns
     assert not patterns & {"docker", "scripts", "pyproject.toml", "common", "storage", "*"}
 
 
