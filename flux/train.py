@@ -24,6 +24,7 @@ import torch
 from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from flux.data import layout
@@ -104,6 +105,8 @@ class FluxBuild:
             summarize=summarize,
             evaluate_untrained=True,
             closeables=[eval_loader],
+            identity={**config_identity(cfg, "global_batch_size", "flavor", "model_overrides", "noise"),
+                      **config_identity(c.data, "dataset")},
         )
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 import gin
+import torch
 
-from common.config.checks import flavor_from, read, require, require_choice, require_int, require_number
+from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
 from common.data.time_windows import DAY_SECONDS
 from recommendation_v4.model.flavors import FLAVORS, HSTUFlavor
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
@@ -57,6 +58,13 @@ class TrainConfig:
     def model(self) -> HSTUFlavor:
         """The flavor with its overrides applied."""
         return flavor_from(self, FLAVORS)
+
+    def check_device(self, device: torch.device) -> None:
+        """bf16 autocast of the dense part is a GPU feature here: on a CPU the run would train in fp32 while
+        its mllog said bf16, so it is refused, as RetinaNet refuses AMP on a CPU."""
+        if device.type != "cuda" and self.bf16:
+            raise ConfigError(f"recommendation_v4.TrainConfig.bf16=True needs a GPU, but this run is on {device}; "
+                              "set it to False for CPU runs")
 
 
 @gin.configurable(module="recommendation_v4")

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from common.data.loader import StreamingLoader
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from common.run.schedule import per_rank_batch
@@ -43,6 +44,8 @@ class DlrmBuild:
         self.ctx = ctx
         self.c: DlrmConfigs = ctx.configs
         self.cfg = ctx.with_run_batch(self.c.train)
+        if ctx.trains_model:  # a run without the model (an emulated accelerator) has no bf16 to check here
+            self.cfg.check_device(ctx.info.device)
 
     def data(self) -> DataPlan:
         ctx, c, cfg, info = self.ctx, self.c, self.cfg, self.ctx.info
@@ -118,6 +121,8 @@ class DlrmBuild:
             reference_data=c.data.dataset == "yambda-5b" and c.data.test_day_max_samples == 0,
             summarize=summarize,
             closeables=[eval_loader],
+            identity={**config_identity(cfg, "global_batch_size", "flavor", "model_overrides"),
+                      **config_identity(c.data, "dataset"), **config_identity(c.stream, "window_seconds", "start_window")},
         )
 
 

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import sum_over_ranks
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from common.run.task import EvalPoint
@@ -116,6 +117,8 @@ class RetinaNetBuild:
             summarize=summarize,
             evaluate_untrained=cfg.eval_before_training,
             closeables=[eval_loader],
+            identity={**config_identity(cfg, "global_batch_size", "flavor", "model_overrides"),
+                      **config_identity(c.data, "dataset")},
         )
 
 

@@ -177,6 +177,20 @@ class CheckpointManager:
                 continue
             warnings.warn(f"ignoring {child}: {problem}", CheckpointFallbackWarning, stacklevel=3)
 
+    def latest_metadata(self) -> dict[str, Any] | None:
+        """The JSON metadata of the newest complete checkpoint, as rank 0 reads it, on every rank
+        (None: none, or unreadable). It reads no tensor: a relaunch checks what it resumes first."""
+        found = ""
+        if world_rank() == 0:
+            for path in self.complete_checkpoints():
+                try:
+                    found = json.dumps({"path": str(path), "user": read_json(path / METADATA_FILE)["user"]})
+                    break
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+        payload = strings_from_rank0([found])[0]
+        return json.loads(payload) if payload else None
+
     def has_checkpoint(self) -> bool:
         """Whether rank 0 sees a complete checkpoint (the same answer on every rank)."""
         count = len(self.complete_checkpoints()) if world_rank() == 0 else 0

@@ -12,7 +12,9 @@ block of an epoch for epoch-based trainers) and ``batch_idx_in_window`` the numb
 batches already trained, so a resumed loader skips exactly those. ``mlperf`` is
 ``MLPerfTracker.state_dict()``. ``metrics`` is the loop's metric state (the step and value of
 the last evaluation, the best value so far), so a resumed run knows where its quality stands
-without evaluating again.
+without evaluating again. ``identity`` is what the run trains (its seed, world size, global batch,
+dataset, model: binding -> value, JSON), so that a relaunch that would train something else is
+refused instead of resumed (common.run.lifecycle).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class TrainingProgress:
     batch_idx_in_window: int = 0
     mlperf: dict[str, bool] = field(default_factory=lambda: {"run_started": False, "run_stopped": False})
     metrics: dict[str, float] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("global_step", "samples_seen", "batch_idx_in_window"):
@@ -48,6 +51,8 @@ class TrainingProgress:
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in self.metrics.items()
         ):
             raise ValueError(f"TrainingProgress.metrics must map str to numbers, got {self.metrics!r}")
+        if not isinstance(self.identity, dict) or not all(isinstance(k, str) for k in self.identity):
+            raise ValueError(f"TrainingProgress.identity must map str to JSON values, got {self.identity!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,9 +62,9 @@ class TrainingProgress:
         if not isinstance(payload, Mapping):
             raise ValueError(f"{source}: training progress must be a JSON object, got {type(payload).__name__}")
         fields = {_RENAMED_FIELDS.get(key, key): value for key, value in payload.items()}
-        known = {"global_step", "samples_seen", "window_key", "batch_idx_in_window", "mlperf", "metrics"}
+        known = {"global_step", "samples_seen", "window_key", "batch_idx_in_window", "mlperf", "metrics", "identity"}
         unknown = sorted(set(fields) - known)
-        missing = sorted(known - set(fields) - {"metrics"})  # checkpoints from before `metrics` existed
+        missing = sorted(known - set(fields) - {"metrics", "identity"})  # checkpoints from before they existed
         if unknown or missing or len(fields) != len(payload):
             raise ValueError(f"{source}: training progress has unknown fields {unknown}, missing {missing}")
         try:

@@ -97,6 +97,9 @@ class TrainingPlan:
     summarize: Callable[[LoopResult, float | None], tuple[dict[str, Any], str | None]]
     evaluate_untrained: bool = False  # score the fresh model first: a baseline for the summary, not an MLPerf eval
     closeables: Sequence[Any] = ()  # anything else with close() (evaluation loaders)
+    # what this run trains besides its seed and world size, binding -> JSON value (its global batch,
+    # dataset, flavor, overrides): a resume that would train something else is refused (common.run.identity)
+    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class Build(Protocol):

@@ -49,6 +49,7 @@ from common.randomness.streams import RandomStreams, resolve_seed, seed_everythi
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.events import Observers
 from common.run.extensions import Extensions, RunExtension
+from common.run.identity import SEED, TRAIN_SAMPLES, WORLD_SIZE, check_identity, resumed_seed
 from common.run.logs import MetricsLog, SampleAuditLog
 from common.run.loop import LoopCheckpoints, LoopResult, NonFiniteLoss, TrainLoop
 from common.run.observers import ConsoleLines, MLPerfEvents, TracedSteps
@@ -151,6 +152,10 @@ class _Run:
         # a run that trains no model has no state worth saving: a stopped one is started again
         self.checkpoints = CheckpointManager.from_policy(common.checkpoint) if self.trains_model else None
         self.resuming = self.checkpoints is not None and self.checkpoints.has_checkpoint()
+        latest = self.checkpoints.latest_metadata() if self.resuming else None
+        self.saved_where = latest["path"] if latest else str(common.checkpoint.path)
+        user = latest["user"] if latest else {}
+        self.saved_identity: dict = (user.get("identity") if isinstance(user, dict) else None) or {}
         self.tracker: MLPerfTracker | None = None  # opened with the run directory
 
     def say(self, message: str) -> None:
@@ -167,7 +172,9 @@ class _Run:
             for closeable in plan.closeables:
                 self._closing.callback(closeable.close)
             schedule = plan.data.schedule.with_budget(self.run_cfg.max_steps)
+            identity = self._identity(plan, ctx)
             progress = self._resume(plan, ctx)
+            progress.identity = identity  # every checkpoint of this launch records it
             result = self._train(plan, schedule, ctx, progress)
         return self._finish(plan, ctx, result)
 
@@ -175,7 +182,12 @@ class _Run:
     def _start(self) -> RunContext:
         if self.run_cfg.num_threads:
             torch.set_num_threads(self.run_cfg.num_threads)
-        seed = resolve_seed(self.run_cfg.seed)
+        if self.resuming:  # the checkpoint's seed, before anything draws from it
+            seed, line = resumed_seed(self.saved_identity, requested=self.run_cfg.seed, given=self.common.seed_given,
+                                      where=self.saved_where, resolve=resolve_seed)
+            self.say(line)
+        else:
+            seed = resolve_seed(self.run_cfg.seed)
         seed_everything(seed)
         run_dir = make_run_dir(self.run_cfg.output_root, self.benchmark.package, self.run_cfg.run_name, is_main=self.info.is_main)
         self.tracker = MLPerfTracker(benchmark=self.benchmark.mlperf_name, log_path=run_dir / "mllog.log", resume=self.resuming)
@@ -193,6 +205,16 @@ class _Run:
                           global_batch_size=lambda configured: self.extensions.global_batch_size(configured, world_size))
 
     # ----------------------------------------------------------------- resume
+    def _identity(self, plan: TrainingPlan, ctx: RunContext) -> dict:
+        """What this launch trains; checked against the checkpoint a resume would load (a ConfigError)."""
+        identity = {SEED: ctx.seed, WORLD_SIZE: self.info.world_size, TRAIN_SAMPLES: plan.data.schedule.train_samples,
+                    **json.loads(json.dumps(dict(plan.identity)))}
+        if self.resuming and self.saved_identity:
+            for line in check_identity(self.saved_identity, identity, where=self.saved_where,
+                                       adapts_world_size=isinstance(plan.task, CheckpointAdaptingTask)):
+                self.say(line)
+        return identity
+
     def _resume(self, plan: TrainingPlan, ctx: RunContext) -> TrainingProgress:
         if not self.resuming:
             return TrainingProgress()

@@ -10,12 +10,14 @@ gin file's name); binding them in a file or on the command line overrides the en
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Mapping
 
 import gin
 
 from common.checkpoint.policy import CheckpointPolicy, GinCheckpointPolicy, with_environment_path
 from common.config.checks import is_int, read, require, require_bool, require_choice, require_int, require_number
+from common.run.rundir import check_run_name
 from common.tracing.capture import TraceConfig
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -89,13 +91,18 @@ class CommonConfigs:
     submission: Submission
     checkpoint: CheckpointPolicy
     trace: TraceConfig
+    seed_given: bool = False  # common.RunConfig.seed bound or $SEED set (a resume otherwise takes the checkpoint's)
 
     @classmethod
     def read(cls, env_macros: Mapping[str, object]) -> "CommonConfigs":
         """Raises ConfigError (one line naming the binding) for anything the bindings get wrong."""
         policy = read(GinCheckpointPolicy, name="common.CheckpointPolicy")
+        bound = read(RunConfig)
+        run = bound.resolved(env_macros)
+        check_run_name(run.run_name)  # before anything starts: a bad name exits 2 here, naming the binding
         return cls(
-            run=read(RunConfig).resolved(env_macros),
+            run=run,
+            seed_given=bound.seed is not None or bool(os.environ.get("SEED", "").strip()),
             submission=read(Submission),
             checkpoint=with_environment_path(policy, env_ckpt_path=str(env_macros["CKPT_PATH"])),
             trace=read(TraceConfig),

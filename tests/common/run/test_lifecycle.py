@@ -62,8 +62,8 @@ class _Closeable:
 
 
 class _ToyBuild:
-    def __init__(self, ctx: RunContext, *, task: _Task, build_error: bool, opened: dict) -> None:
-        self.ctx, self.task, self.build_error, self.opened = ctx, task, build_error, opened
+    def __init__(self, ctx: RunContext, *, task: _Task, build_error: bool, opened: dict, identity: dict) -> None:
+        self.ctx, self.task, self.build_error, self.opened, self.identity = ctx, task, build_error, opened, identity
 
     def data(self) -> DataPlan:
         self.opened["ctx"] = self.ctx
@@ -83,16 +83,18 @@ class _ToyBuild:
         return TrainingPlan(
             data=data, task=self.task, hyperparameters={"global_batch_size": 2}, reference_data=False,
             summarize=lambda result, untrained: ({"toy": True}, f"[done] {result.progress.global_step} steps"),
-            evaluate_untrained=True, closeables=[self.opened["eval_loader"]],
+            evaluate_untrained=True, closeables=[self.opened["eval_loader"]], identity=self.identity,
         )
 
 
 TOY = BenchmarkSpec(package="toy", title="Toy", mlperf_name="dlrmv4")
 
 
-def _benchmark(*, fail_at_step=None, nan_at_step=None, build_error=False, opened: dict):
+def _benchmark(*, fail_at_step=None, nan_at_step=None, build_error=False, opened: dict, identity: dict | None = None,
+               task: _Task | None = None):
     def build(ctx: RunContext) -> _ToyBuild:
-        return _ToyBuild(ctx, task=_Task(fail_at_step, nan_at_step), build_error=build_error, opened=opened)
+        return _ToyBuild(ctx, task=task or _Task(fail_at_step, nan_at_step), build_error=build_error, opened=opened,
+                         identity={"toy.TrainConfig.global_batch_size": 2} if identity is None else identity)
 
     return Benchmark(spec=TOY, ruleset="6.1.0", reference_config="toy_reference.gin", read_configs=lambda: None,
                      build=build)
@@ -234,3 +236,117 @@ def test_a_config_error_in_the_models_build_closes_the_data_loader(gin_file):
     opened = {}
     assert lifecycle.main(_benchmark(build_error=True, opened=opened), ["--gin_config", str(gin_file)]) == 2
     assert opened["loader"]._pool._shutdown
+
+
+# ------------------------------------------------------------------------ resuming what was checkpointed
+class _AdaptingTask(_Task):
+    """A task that adapts a checkpoint to this run (as DLRM-HSTU reshards): a world size may change."""
+
+    def adapt_checkpoint(self, path, metadata, app_state):
+        from common.checkpoint.manager import AdaptedLoad
+
+        return AdaptedLoad(app_state=app_state, after_load=None)
+
+
+def _checkpointed(gin_file, tmp_path, monkeypatch, *, seed: str, steps: int = 2):
+    """A first launch that saves every step and stops after `steps`; the checkpoint directory."""
+    monkeypatch.setenv("CKPT_PATH", str(tmp_path / "ckpt"))
+    monkeypatch.setenv("SEED", seed)
+    gin_file.write_text(gin_file.read_text() + "common.CheckpointPolicy.every_n_steps = 1\n")
+    argv = ["--gin_config", str(gin_file), "--gin_bindings", f"common.RunConfig.max_steps = {steps}"]
+    assert lifecycle.main(_benchmark(opened={}), argv) == 0
+    return tmp_path / "ckpt" / f"step_{steps:09d}"
+
+
+def _relaunch(gin_file, capsys, **benchmark) -> tuple[int, list[str], list[str]]:
+    capsys.readouterr()
+    code = lifecycle.main(_benchmark(opened={}, **benchmark), ["--gin_config", str(gin_file), "--gin_bindings",
+                                                               "common.RunConfig.max_steps = 4"])
+    out = capsys.readouterr()
+    return code, out.out.splitlines(), out.err.strip().splitlines()
+
+
+def _summary(tmp_path) -> dict:
+    return json.loads((tmp_path / "runs" / "toy" / "toy" / "summary.json").read_text())
+
+
+def test_a_resume_with_another_seed_is_refused_naming_both(gin_file, tmp_path, monkeypatch, capsys):
+    checkpoint = _checkpointed(gin_file, tmp_path, monkeypatch, seed="5")
+    assert json.loads((checkpoint / "metadata.json").read_text())["user"]["identity"] == {
+        "common.RunConfig.seed": 5, "world size (ranks)": 1, "training samples (the dataset's)": 12,
+        "toy.TrainConfig.global_batch_size": 2}
+    monkeypatch.setenv("SEED", "7")
+    code, out, err = _relaunch(gin_file, capsys)
+    assert code == 2 and err == [f"config error: common.RunConfig.seed (SEED): {checkpoint} was trained with 5, this "
+                                 "launch has 7; a resume trains what the checkpointed run would: relaunch with its "
+                                 "setting, or give another CKPT_PATH"]
+
+
+@pytest.mark.parametrize("seed, how", [("", "SEED not given"), ("-1", "SEED=-1 would draw a new one"),
+                                       ("5", "as given")])
+def test_a_resume_takes_the_checkpoints_seed_and_says_so(gin_file, tmp_path, monkeypatch, capsys, seed, how):
+    checkpoint = _checkpointed(gin_file, tmp_path, monkeypatch, seed="5")
+    monkeypatch.setenv("SEED", seed)
+    code, out, _ = _relaunch(gin_file, capsys)
+    assert code == 0 and f"[identity] seed 5 from {checkpoint} ({how})" in out
+    assert _summary(tmp_path)["seed"] == 5 and _summary(tmp_path)["steps"] == 4
+
+
+def test_a_resume_that_would_train_something_else_is_refused(gin_file, tmp_path, monkeypatch, capsys):
+    checkpoint = _checkpointed(gin_file, tmp_path, monkeypatch, seed="1")
+    code, _, err = _relaunch(gin_file, capsys, identity={"toy.TrainConfig.global_batch_size": 4})
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"config error: toy.TrainConfig.global_batch_size: {checkpoint} was trained with 2, "
+                             "this launch has 4;")
+
+
+def _recorded(checkpoint, **changes) -> None:
+    """Every checkpoint's recorded identity with `changes` (None: the identity removed), as another run
+    would have written it (the marker's size and checksum of the file follow, so the checkpoints stay whole)."""
+    from common.checkpoint.files import file_crc32
+
+    for directory in checkpoint.parent.glob("step_*"):
+        path = directory / "metadata.json"
+        payload = json.loads(path.read_text())
+        if changes.get("identity", ...) is None:
+            del payload["user"]["identity"]
+        else:
+            payload["user"]["identity"].update(changes)
+        path.write_text(json.dumps(payload))
+        marker = json.loads((directory / "COMPLETE.json").read_text())
+        marker["files"]["metadata.json"] = path.stat().st_size
+        if "checksums" in marker:
+            marker["checksums"]["metadata.json"] = file_crc32(path)
+        (directory / "COMPLETE.json").write_text(json.dumps(marker))
+
+
+def test_another_world_size_is_refused_unless_the_task_adapts_its_checkpoint(gin_file, tmp_path, monkeypatch, capsys):
+    checkpoint = _checkpointed(gin_file, tmp_path, monkeypatch, seed="1")
+    _recorded(checkpoint, **{"world size (ranks)": 2})
+    code, _, err = _relaunch(gin_file, capsys)
+    assert code == 2 and err[0].startswith(f"config error: world size (ranks): {checkpoint} was trained with 2, this "
+                                           "launch has 1;")
+    code, out, _ = _relaunch(gin_file, capsys, task=_AdaptingTask(None))
+    assert code == 0 and "[identity] world size 2 -> 1: the task adapts the checkpoint to this world size (its sharded " \
+                         "state is resharded on load)" in out
+
+
+def test_a_checkpoint_from_before_identities_resumes_saying_nothing_was_checked(gin_file, tmp_path, monkeypatch,
+                                                                                 capsys):
+    checkpoint = _checkpointed(gin_file, tmp_path, monkeypatch, seed="3")
+    _recorded(checkpoint, identity=None)
+    monkeypatch.setenv("SEED", "9")
+    code, out, _ = _relaunch(gin_file, capsys)
+    assert code == 0 and any(line.startswith(f"[identity] {checkpoint} records no run identity") for line in out)
+    assert _summary(tmp_path)["seed"] == 9
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../escape", "", "sp ace"])
+def test_a_run_name_that_is_not_one_directory_exits_2_and_writes_nothing(gin_file, tmp_path, monkeypatch, capsys, name):
+    monkeypatch.setenv("RUN_NAME", name)
+    gin_file.write_text(gin_file.read_text() + (f'common.RunConfig.run_name = "{name}"\n' if not name else ""))
+    code = lifecycle.main(_benchmark(opened={}), ["--gin_config", str(gin_file)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("config error: common.RunConfig.run_name (RUN_NAME) must be one directory name")
+    assert not (tmp_path / "runs").exists()  # nothing in the output root, nor beside it

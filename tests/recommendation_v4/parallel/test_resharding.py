@@ -165,3 +165,18 @@ def test_trainer_converts_when_asked_and_says_it_is_an_estimate(row_wise_checkpo
     assert len(said) == 2 and all("an ESTIMATE" in line for line in said)
     assert "album_id: row_wise (rows in 2 shards) -> column_wise (columns in 2 shards of 128)" in said[0]
     assert len(train_losses(tmp_path / "recommendation_v4" / "resumed")) == 2
+
+
+@pytest.mark.slow
+def test_trainer_resumes_a_one_rank_checkpoint_on_two_ranks_and_says_so(tiny_data_root, tmp_path):
+    """A world size is part of what a run trains; DLRM-HSTU's task reshards its checkpoint, so its resume
+    on another world size goes on, saying so (another benchmark's is refused: common/run/identity.py)."""
+    ckpt = tmp_path / "ckpt"
+    run_trainer(nproc=1, bindings=_bindings(tiny_data_root, tmp_path, "one", steps=2, sharding="row_wise"),
+                env={"CKPT_PATH": str(ckpt)})
+    bindings = _bindings(tiny_data_root, tmp_path, "one", steps=4, sharding="row_wise")
+    cmd = trainer_command(package="recommendation_v4", gin_file=DEBUG_GIN, nproc=2, bindings=bindings)
+    proc = run_command(cmd, timeout=600, env={"CKPT_PATH": str(ckpt)})
+    assert "[identity] world size 1 -> 2: the task adapts the checkpoint to this world size" in proc.stdout
+    assert f"[resume] {ckpt / 'step_000000002'}: step 2," in proc.stdout
+    assert len(train_losses(tmp_path / "recommendation_v4" / "one")) == 4
