@@ -1,8 +1,10 @@
 """File-level helpers of the checkpoint format: durable JSON, checksums, safe DCP metadata.
 
 DCP's ``.metadata`` file is a pickle; ``SafeFileSystemReader`` reads it with an unpickler
-that accepts only the checkpoint-metadata classes, so loading a checkpoint never runs
-arbitrary code (tensor payloads are read by DCP with ``torch.load(weights_only=True)``).
+that accepts only the checkpoint-metadata classes the project writes, so loading a checkpoint
+never runs arbitrary code: tensor payloads are read by DCP with ``torch.load(weights_only=True)``,
+and an entry for a non-tensor value (``BytesStorageMetadata``, whose bytes DCP's planner would read
+with ``weights_only=False``) is refused, since the project never writes one.
 """
 
 from __future__ import annotations
@@ -77,8 +79,17 @@ def _enum_member(owner: Any, name: Any) -> Any:
                                  "enum member: refusing to load it")
 
 
+# DCP's entry for a non-tensor value: the project never writes one (payload.py sends DCP tensors only,
+# the rest goes to JSON), and DCP's default planner reads its bytes with torch.load(weights_only=False)
+_NEVER_WRITTEN = {"BytesStorageMetadata"}
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if module == dcp_metadata.__name__ and name in _NEVER_WRITTEN:
+            raise pickle.UnpicklingError(
+                f"checkpoint .metadata holds a non-tensor entry ({name}), which this project never writes and "
+                "whose load would unpickle arbitrary objects: refusing to load it")
         if module == dcp_metadata.__name__ and isinstance(getattr(dcp_metadata, name, None), type):
             return getattr(dcp_metadata, name)
         if (module, name) == ("builtins", "getattr"):

@@ -1,3 +1,4 @@
+import json
 import os
 import pickle
 import random
@@ -421,3 +422,39 @@ def test_named_random_streams_are_captured_per_rank_and_restored(tmp_path):
     with pytest.warns(UserWarning, match=r"no state for the random streams \['rank'\]"):
         CheckpointManager(tmp_path / "old").load_latest({"t": {"w": torch.zeros(1)}}, generators=late)
     assert torch.equal(torch.rand(2, generator=late["rank"]), torch.rand(2, generator=torch.Generator().manual_seed(11)))
+
+
+class _MarkerFileWriter:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/should_never_exist_ckpt_bytes",))
+
+
+def test_a_metadata_entry_for_pickled_bytes_is_refused_before_anything_is_unpickled(tmp_path):
+    """DCP writes a non-tensor value as BytesStorageMetadata and loads its bytes with
+    torch.load(weights_only=False): a .metadata that points one at a crafted file would run it."""
+    import dataclasses
+
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    from common.checkpoint.files import file_crc32
+
+    manager = CheckpointManager(tmp_path)
+    manager.save("a", app_state={"t": {"w": torch.ones(1)}}, metadata={})
+    checkpoint = tmp_path / "a"
+    metadata = read_dcp_metadata(checkpoint)
+    (checkpoint / "evil.distcp").write_bytes(pickle.dumps(_MarkerFileWriter()))
+    metadata.state_dict_metadata["t.evil"] = BytesStorageMetadata()
+    metadata.storage_data = {**metadata.storage_data, MetadataIndex("t.evil"): _StorageInfo(
+        relative_path="evil.distcp", offset=0, length=(checkpoint / "evil.distcp").stat().st_size)}
+    (checkpoint / ".metadata").write_bytes(pickle.dumps(dataclasses.replace(metadata)))
+    marker = json.loads((checkpoint / "COMPLETE.json").read_text())  # the checkpoint stays whole but for that entry
+    marker["files"] = {name: (checkpoint / name).stat().st_size for name in marker["files"]} | {
+        "evil.distcp": (checkpoint / "evil.distcp").stat().st_size}
+    marker.setdefault("checksums", {})[".metadata"] = file_crc32(checkpoint / ".metadata")
+    (checkpoint / "COMPLETE.json").write_text(json.dumps(marker))
+    with pytest.raises(pickle.UnpicklingError, match=r"non-tensor entry \(BytesStorageMetadata\)"):
+        read_dcp_metadata(checkpoint)
+    with pytest.raises(CheckpointLoadError, match="BytesStorageMetadata"):
+        manager.load_latest({"t": {"w": torch.zeros(1), "evil": torch.zeros(1)}})
+    assert not Path("/tmp/should_never_exist_ckpt_bytes").exists()
