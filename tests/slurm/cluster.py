@@ -28,10 +28,6 @@ SCRUBBED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
             "NPROC_PER_NODE", "TRAIN_SBATCH_DRY_RUN")
 
 
-def slurm_required() -> bool:
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get("MLPERF_REQUIRE_SLURM") == "1"
-
-
 def _ports_free(first: int, count: int) -> bool:
     for port in range(first, first + count):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

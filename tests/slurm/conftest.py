@@ -16,7 +16,8 @@ import subprocess
 
 import pytest
 
-from tests.slurm.cluster import CLUSTER_SCRIPT, Slurm, cluster_env, cluster_location, slurm_required
+from tests.environment import unavailable
+from tests.slurm.cluster import CLUSTER_SCRIPT, Slurm, cluster_env, cluster_location
 from tests.trainers.trainer_process import REPO
 
 
@@ -33,9 +34,7 @@ def slurm(request) -> Slurm:
         problem = "local_cluster.sh up did not finish within 300 s"
     if problem:
         message = f"no local Slurm cluster ({problem.removeprefix('local_cluster: ')})"
-        if slurm_required():
-            pytest.fail(f"{message}; CI requires the Slurm tests (CI=true / MLPERF_REQUIRE_SLURM=1)", pytrace=False)
-        pytest.skip(message)
+        unavailable(message, require_env="MLPERF_REQUIRE_SLURM")
     return Slurm(conf=cluster_location()[0] / "slurm.conf")
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+from tests.environment import unavailable
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +15,4 @@ def dlio_env():
     try:
         return ensure_dlio_env()
     except DlioEnvError as error:
-        if os.environ.get("MLPERF_REQUIRE_DLIO") == "1":
-            pytest.fail(f"the DLIO 2.0.0 env is required here and could not be built: {error}")
-        pytest.skip(f"no DLIO 2.0.0 env: {error}")
+        unavailable(f"no DLIO 2.0.0 env: {error}", require_env="MLPERF_REQUIRE_DLIO")

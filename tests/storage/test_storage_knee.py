@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO, trainer_env
 from tests.trainers.trainer_suite import TRAINERS
 
@@ -39,7 +40,7 @@ def _predicted_au(report: dict) -> float:
 def test_the_sweep_stops_where_the_read_limit_says(tmp_path):
     reason = throttle_unavailable_reason()
     if reason:
-        pytest.skip(f"no throttled loop device: {reason}")
+        unavailable(f"no throttled loop device: {reason}")
     from flux.data.synthetic import ensure_synthetic
 
     out = tmp_path / "sweep"

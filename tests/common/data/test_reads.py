@@ -19,6 +19,8 @@ from common.data.reads import (
     thread_busy_ns,
 )
 
+from tests.environment import unavailable
+
 
 def test_nothing_is_recorded_outside_a_recording_block():
     note_reads("/x", [0], [10])  # must not raise nor leak into the next block
@@ -92,7 +94,7 @@ def test_a_batch_ships_its_ranges_merged_per_file(tmp_path):
 
 def test_a_batch_build_tells_the_time_it_slept_from_the_time_it_worked():
     if thread_busy_ns() is None:
-        pytest.skip("no /proc/thread-self/schedstat here")
+        unavailable("no /proc/thread-self/schedstat here")
     with recording() as out:
         time.sleep(0.3)  # as a loader blocked on storage
         spin_until = time.perf_counter() + 0.15

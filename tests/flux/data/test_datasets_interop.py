@@ -10,9 +10,19 @@ import pytest
 import torch
 
 from flux.data.reader import FluxArrowDataset
+from tests.environment import unavailable
 from tests.flux.data.shard_files import bf16_cell, random_bf16
 
-datasets = pytest.importorskip("datasets", reason="Hugging Face `datasets` is not installed (pip install -e .[test])")
+try:
+    import datasets
+except ImportError:  # pip install -e .[test]; scripts/setup_venv.sh installs it
+    datasets = None
+
+
+@pytest.fixture(autouse=True)
+def _hugging_face_datasets():
+    if datasets is None:
+        unavailable("Hugging Face `datasets` is not installed (pip install -e .[test])")
 
 
 def _decode(cell: bytes) -> torch.Tensor:

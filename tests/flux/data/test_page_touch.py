@@ -18,9 +18,15 @@ import torch
 
 from flux.data.reader import FluxArrowDataset
 from flux.data.writer import SplitWriter
+from tests.environment import unavailable
 from tests.flux.data.shard_files import PAGE, evict, resident_pages
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore/fadvise probes are Linux-only")
+
+
+@pytest.fixture(autouse=True)
+def _linux():
+    if not sys.platform.startswith("linux"):
+        unavailable("mincore/fadvise probes are Linux-only")
 
 ROWS, T5 = 40, (512, 1024)  # 1 MiB of bf16 per T5 cell
 
@@ -53,7 +59,7 @@ def big_shard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarra
 def _cold(path: Path) -> None:
     evict(path)
     if resident_pages(path).mean() > 0.05:
-        pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
+        unavailable("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
 
 
 def _pages(start: int, end: int) -> range:

@@ -108,7 +108,8 @@ def test_cli_writes_to_the_default_location(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_preset_widths_fit_the_model_flavors() -> None:
-    args = pytest.importorskip("flux.model.flavors", reason="flux.model is not there yet")
+    from flux.model import flavors as args
+
     for size_name, flavor_name in (("tiny", "flux-tiny"), ("small", "flux-small"), ("reference", "flux-schnell")):
         flavor = args.get_flavor(flavor_name)
         SYNTHETIC_SIZES[size_name].shapes.check_model(

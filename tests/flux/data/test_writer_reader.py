@@ -17,6 +17,7 @@ from flux.data.reader import FluxArrowDataset
 from flux.data.schema import HF_METADATA_KEY
 from flux.data.shapes import REFERENCE_SHAPES, FluxShapes
 from flux.data.writer import SplitWriter
+from tests.environment import accelerator_skipif
 from tests.flux.data.shard_files import random_bf16
 
 T5, CLIP, LATENT = (4, 8), (6,), (16, 2, 4)
@@ -198,7 +199,7 @@ def test_batch_to_moves_every_tensor_and_keeps_missing_timestep() -> None:
     assert with_timestep.timestep.device.type == "meta"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pin_memory needs an accelerator")
+@accelerator_skipif(not torch.cuda.is_available(), reason="pin_memory needs an accelerator")
 def test_pinned_batch_copies_to_the_accelerator() -> None:
     batch = FluxBatch(
         t5=torch.ones(2, 3, 4, dtype=torch.bfloat16),

@@ -17,6 +17,7 @@ from storage.dlio.plugin_plan import (PLAN_FILE, PlanError, ReadPlan, access_of,
                                       write_data)
 from storage.dlio.plugin_sample_reader import ReadCounts, SampleReader, collect_counts
 from storage.host.page_cache import evict, resident_bytes
+from tests.environment import unavailable
 from tests.storage.load_profile.workload_profiles import BATCH, BENCHMARKS, STEPS, workload_profile
 
 LAYOUT = {"retinanet": "whole_file", "flux": "shards", "recommendation_v4": "columns"}
@@ -261,7 +262,7 @@ def _pages_after_one_small_read(path, access: str) -> int:
                     profile={}, access=access)
     evict([path], flush=True)
     if resident_bytes(path):
-        pytest.skip("this filesystem keeps files cached after POSIX_FADV_DONTNEED")
+        unavailable("this filesystem keeps files cached after POSIX_FADV_DONTNEED")
     reader = SampleReader(plan, [path])
     assert reader._read_range(0, 3 << 20, 100) == 100
     reader.close()

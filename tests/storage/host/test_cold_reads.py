@@ -13,6 +13,7 @@ import pytest
 
 from storage.emulation.report import read_report
 from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from tests.environment import unavailable
 from tests.trainers.trainer_process import run_command, trainer_command
 from tests.trainers.trainer_suite import TRAINERS
 
@@ -32,7 +33,7 @@ def _emulate(data_root, out, name: str, *, evict: bool) -> dict:
 def test_cold_reads_reach_the_device_and_warm_reads_do_not(tmp_path):
     reason = throttle_unavailable_reason()
     if reason:
-        pytest.skip(f"no loop device to isolate the dataset's reads: {reason}")
+        unavailable(f"no loop device to isolate the dataset's reads: {reason}")
     with ThrottledStorage(tmp_path / "disk", size_mb=64, read_bps=None, read_iops=None) as disk:
         FLUX.make_data(disk.mount)
         cold = _emulate(disk.mount, tmp_path / "runs", "cold", evict=True)

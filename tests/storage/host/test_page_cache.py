@@ -21,6 +21,8 @@ from storage.host.page_cache import (
 )
 from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
 
+from tests.environment import unavailable
+
 MIB = 1 << 20
 # file systems whose pages are the file's only copy: DONTNEED cannot drop them
 _MEMORY_BACKED = {"tmpfs", "ramfs"}
@@ -41,13 +43,13 @@ def evictable_dir(tmp_path):
     """A folder on a file system where eviction works: tmp_path unless it is memory-backed, else a
     fresh loop-mounted ext4 (root only), else skip."""
     if resident_bytes(Path(__file__)) is None:
-        pytest.skip("mincore is unavailable here: residency cannot be measured")
+        unavailable("mincore is unavailable here: residency cannot be measured")
     if _fs_type(tmp_path) not in _MEMORY_BACKED:
         yield tmp_path
         return
     reason = throttle_unavailable_reason()
     if reason is not None:
-        pytest.skip(f"{tmp_path} is memory-backed and no loop mount can be made: {reason}")
+        unavailable(f"{tmp_path} is memory-backed and no loop mount can be made: {reason}")
     with ThrottledStorage(tmp_path / "loop", size_mb=64, read_bps=None, read_iops=None) as storage:
         yield storage.mount
 

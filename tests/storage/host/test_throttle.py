@@ -22,9 +22,19 @@ from storage.host.throttle import (
     throttle_unavailable_reason,
 )
 
+from tests.environment import unavailable
+
 MIB = 1 << 20
 REASON = throttle_unavailable_reason()
-needs_throttle = pytest.mark.skipif(REASON is not None, reason=f"no throttled storage here: {REASON}")
+
+
+@pytest.fixture
+def _throttle():
+    if REASON is not None:
+        unavailable(f"no throttled storage here: {REASON}")
+
+
+needs_throttle = pytest.mark.usefixtures("_throttle")
 
 READ_WHOLE_FILE = "import sys; print(len(open(sys.argv[1], 'rb').read()))"
 # 40 single-page reads 256 KiB apart, readahead off: 40 read IOs

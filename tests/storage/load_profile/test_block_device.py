@@ -13,6 +13,8 @@ import pytest
 from storage.load_profile import block_device
 from storage.load_profile.block_device import DeviceReads, diskstats, find_block_device
 
+from tests.environment import unavailable
+
 
 def _diskstats_name(major: int, minor: int) -> str | None:
     """The device /proc/diskstats lists under major:minor, found apart from /sys."""
@@ -27,7 +29,7 @@ def _diskstats_name(major: int, minor: int) -> str | None:
 def test_a_directory_s_device_is_the_one_diskstats_lists_or_a_reason(tmp_path, where):
     path = tmp_path if where == "tmp" else Path("/dev/shm")
     if not path.is_dir():
-        pytest.skip(f"no {path} here")
+        unavailable(f"no {path} here")
     st_dev = os.stat(path).st_dev
     name, reason = find_block_device(path)
     if os.major(st_dev) == 0:  # overlay, tmpfs: /dev/shm almost always
@@ -97,20 +99,20 @@ def _sh(*command: str) -> subprocess.CompletedProcess:
 
 def test_a_loop_device_counts_the_reads_of_a_file_on_it(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("attaching a loop device needs root")
+        unavailable("attaching a loop device needs root")
     image, mount = tmp_path / f"disk{os.getpid()}.img", tmp_path / f"mnt{os.getpid()}"
     image.write_bytes(b"")
     os.truncate(image, 64 << 20)
     attached = _sh("losetup", "-f", "--show", str(image))
     if attached.returncode != 0:
-        pytest.skip(f"losetup failed: {attached.stderr.strip()}")
+        unavailable(f"losetup failed: {attached.stderr.strip()}")
     loop, mounted = attached.stdout.strip(), False
     try:
         mount.mkdir()
         made = _sh("mkfs.ext4", "-q", loop)
         mounted = made.returncode == 0 and _sh("mount", loop, str(mount)).returncode == 0
         if not mounted:
-            pytest.skip(f"cannot make or mount a file system on {loop}: {made.stderr.strip()}")
+            unavailable(f"cannot make or mount a file system on {loop}: {made.stderr.strip()}")
         _read_through(mount, loop)
     finally:
         if mounted:

@@ -13,3 +13,15 @@ import torch
 from recommendation_v4.ops.kernel import interpreter_enabled
 
 collect_ignore_glob = [] if interpreter_enabled() or torch.cuda.is_available() else ["test_triton_*.py"]
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The interpreter child's counts in the suite's own summary (test_interpreter_suite.py)."""
+    import sys
+
+    suite = sys.modules.get("test_interpreter_suite") or next(
+        (m for name, m in sys.modules.items() if name.endswith("test_interpreter_suite")), None)
+    counts = getattr(suite, "INTERPRETER_COUNTS", None)
+    if counts:
+        terminalreporter.write_line(f"Triton kernel tests under the interpreter (a child pytest): "
+                                    + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))

@@ -11,9 +11,11 @@ import pytest
 
 from recommendation_v4.ops.kernel import interpreter_enabled
 
+from tests.environment import accelerator_skipif
+
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(interpreter_enabled(), reason="under TRITON_INTERPRET=1 kernels are interpreted, not compiled"),
+    accelerator_skipif(interpreter_enabled(), reason="under TRITON_INTERPRET=1 kernels are interpreted, not compiled"),
 ]
 
 TARGETS = [("cuda", 90, 32), ("cuda", 100, 32), ("hip", "gfx950", 64)]

@@ -10,8 +10,10 @@ from recommendation_v4.ops.kernel import interpreter_enabled
 from recommendation_v4.ops.triton import autotune_winners, tuning
 from recommendation_v4.ops.triton.arch import INTERPRETER
 
+from tests.environment import accelerator_skipif
 
-@pytest.mark.skipif(not interpreter_enabled(), reason="searches the tiny interpreter space; on a GPU run the command itself")
+
+@accelerator_skipif(not interpreter_enabled(), reason="searches the tiny interpreter space; on a GPU run the command itself")
 def test_search_prints_a_table_fragment_that_pins_back_to_the_winners(monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setenv("TRITON_FULL_AUTOTUNE", "0")
     monkeypatch.setattr(tuning, "_winners", {})

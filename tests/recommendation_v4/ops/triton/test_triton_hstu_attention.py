@@ -24,6 +24,7 @@ from recommendation_v4.ops.triton.hstu_attention import (
     attention_forward,
     triton_hstu_mha,
 )
+from tests.environment import accelerator_only
 from tests.recommendation_v4.ops.hstu_ops_testing import AttentionCase, attention_cases, kernel_test_device
 
 DEVICE = kernel_test_device()
@@ -86,7 +87,7 @@ def test_bfloat16_within_tolerance_of_fp32() -> None:
 def test_tma_descriptor_path_equals_pointer_path() -> None:
     facts = detect_device_facts(DEVICE)
     if DEVICE.type == "cuda" and not tma_enabled(facts):
-        pytest.skip(f"{facts.table_key} has no TMA")
+        accelerator_only(f"{facts.table_key} has no TMA")
     case = _long_case()
     q, k, v = case.qkv(dtype=torch.float32, requires_grad=False, device=DEVICE)
     plan = AttentionPlan(
