@@ -1,6 +1,7 @@
 """The project's launcher (`python -m common.distributed.launch`, torchrun's arguments) on 2 gloo ranks:
 SIGTERM to its process group and SIGUSR1 to it alone both end in a checkpoint and exit 0, with no
-rank left behind; a rank's data error is the launcher's exit status, in one line, no traceback.
+rank left behind; a rank's config error (2), data error (3), non-finite loss (4) and checkpoint
+write error (5) each are the launcher's exit status, in one line, no traceback.
 Any trainer will do (the launcher knows none): DLRM-HSTU's tiny run."""
 
 from __future__ import annotations
@@ -58,11 +59,28 @@ def test_a_preemption_signal_saves_on_every_rank_and_exits_0(data_root, tmp_path
     assert _ranks_of(run_dir) == []  # no rank orphaned, none trains on
 
 
-def test_a_rank_data_error_is_the_launcher_exit_status_in_one_line(data_root, tmp_path):
-    bindings = DLRM.short_run(data_root, tmp_path, "missing") + DLRM.missing_data[0]  # a dataset that is not there
-    proc = subprocess.run(_command(bindings), cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 3, proc.stderr[-4000:]
+def _failing(kind: str, data_root: pathlib.Path, tmp_path: pathlib.Path, mount: pathlib.Path | None) -> list[str]:
+    """Bindings of a 2-rank run that stops with `kind`."""
+    run = DLRM.short_run(data_root, tmp_path, kind.replace(" ", "_"))
+    if kind == "config error":
+        return run + ["recommendation_v4.TrainConfig.global_batch_size = 0"]
+    if kind == "data error":
+        return run + DLRM.missing_data[0]  # a dataset that is not there
+    if kind == "non-finite loss":  # an infinite rate: the first update makes every weight inf, the next loss NaN
+        return run + ["recommendation_v4.TrainConfig.learning_rate = 1e999", "recommendation_v4.TrainConfig.warmup_steps = 0"]
+    return run + [f'common.CheckpointPolicy.path = "{mount / "ckpt"}"']  # checkpoint write error: a 512 KiB tmpfs
+
+
+@pytest.mark.parametrize("kind, status", [("config error", 2), ("data error", 3), ("non-finite loss", 4),
+                                          ("checkpoint write error", 5)])
+def test_a_ranks_error_is_the_launcher_exit_status_in_one_line(data_root, tmp_path, request, kind, status):
+    mount = request.getfixturevalue("small_tmpfs") if status == 5 else None
+    proc = subprocess.run(_command(_failing(kind, data_root, tmp_path, mount)), cwd=REPO, env=trainer_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == status, proc.stderr[-4000:]
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr, proc.stderr[-4000:]
     # whichever rank fails first is the cause; the agent then SIGTERMs the other, which must not mask it
-    assert re.fullmatch(r"\[launch\] local rank [01] exited 3 \(data error\)", proc.stderr.strip().splitlines()[-1])
-    assert sum(line.startswith("data error: ") for line in proc.stderr.splitlines()) >= 1
+    assert re.fullmatch(rf"\[launch\] local rank [01] exited {status} \({kind}\)",
+                        proc.stderr.strip().splitlines()[-1]), proc.stderr[-2000:]
+    first = {2: "config error: ", 3: "data error: ", 4: "training error: ", 5: "checkpoint error: "}[status]
+    assert sum(line.startswith(first) for line in proc.stderr.splitlines()) >= 1

@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -227,6 +228,12 @@ def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -
     logged = [r["compute_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "compute_s" in r]
     assert profile["ranks"][0]["compute_s"]["mean"] == pytest.approx(sum(logged[3:]) / len(logged[3:]), rel=1e-4)
     assert 0 < totals["au"] <= 1
+    # every rank's checkpoint writes: one per save the run logged, with the bytes that rank wrote and the time
+    saved = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "checkpoint" in r]
+    assert [c["rank"] for c in profile["checkpoints"]] == list(range(world_size))
+    for rank in profile["checkpoints"]:
+        assert [save["step"] for save in rank["saves"]] == saved, (rank, saved)
+        assert all(save["bytes"] > 0 and save["seconds"] > 0 for save in rank["saves"]), rank
     for name in ("step_time", "record_sizes", "read_sizes", "throughput", "overview"):
         assert (run_dir / "load_profile" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     exported = subprocess.run([sys.executable, "-m", "storage.dlio", "export", str(run_dir)], cwd=REPO,
@@ -242,6 +249,8 @@ def _check_load_profile(run_dir: pathlib.Path, *, steps: int, world_size: int) -
     assert dataset["record_length_bytes"] == payload and 0.8 * mean <= payload <= 1.03 * mean
     replay_yaml = next((run_dir / "dlio" / "dlio-2.0.0" / "workload").glob("*.yaml")).read_text()
     assert f"total_training_steps: {steps}\n" in replay_yaml
+    workload_text = (run_dir / "dlio" / "mlperf_storage" / f"{model}_measured.yaml").read_text()
+    assert (f"checkpoint writes measured: {len(saved)} save(s)" in workload_text) == bool(saved)
 
 
 TRACE_AND_LOSS_BINDINGS = ["common.TraceConfig.steps = [3]", "common.TraceConfig.active_steps = 2",
@@ -288,15 +297,27 @@ def _ruleset(trainer: TrainerUnderTest) -> str:
     return importlib.import_module(f"{trainer.package}.train").BENCHMARK.ruleset
 
 
+# the project's own lines: `[word] ...` in lower case; torch's C++ warnings (`[W1126 ...`), gloo's
+# (`[Gloo] ...`) and a rank's prefixed traceback (`[rank0]: ...`) are not
+OUR_LINE = re.compile(r"^\[[a-z_]+\] ")
+
+
 def test_the_first_screen_has_no_library_warnings(trainer: TrainerUnderTest, data_roots, tmp_path):
-    """What a new user reads before the first training line, on a fresh start and on a resume: our own lines only."""
+    """What a new user reads before the first training line, on a fresh start, on a resume and with 2 ranks
+    through the project's launcher: our own lines only."""
     bindings = trainer.short_run(data_roots[trainer.package], tmp_path, "screen") + ["common.CheckpointPolicy.every_n_steps = 1"]
     env = trainer_env({**_env(tmp_path), "PYTHONWARNINGS": ""})
-    for steps, start in ((1, "fresh"), (2, "resumed")):
-        cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
-                              bindings=bindings + [f"common.RunConfig.max_steps = {steps}"])
+    two = trainer.short_run(data_roots[trainer.package], tmp_path, "screen2") + ["common.RunConfig.max_steps = 1"]
+    launches = [("fresh", trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
+                                          bindings=bindings + ["common.RunConfig.max_steps = 1"])),
+                ("resumed", trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
+                                            bindings=bindings + ["common.RunConfig.max_steps = 2"])),
+                ("2 ranks", [sys.executable, "-m", "common.distributed.launch", "--standalone", "--nproc_per_node=2",
+                             "-m", f"{trainer.package}.train", "--gin_config", str(trainer.gin_file),
+                             *[arg for b in two for arg in ("--gin_bindings", b)]])]
+    for start, cmd in launches:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (start == "resumed") == ("[resume]" in proc.stdout), proc.stdout[-2000:]
-        noise = [line for line in (proc.stdout + proc.stderr).splitlines() if not line.startswith("[")]
+        noise = [line for line in (proc.stdout + proc.stderr).splitlines() if not OUR_LINE.match(line)]
         assert noise == [], (start, noise)
