@@ -551,6 +551,9 @@ class Sweep:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    from storage.host.proactive_reclaim import restore_left_paused
+
+    restore_left_paused("[sweep]")  # what a killed storage script left paused: the host's own setting first
     out = output_folder(args)
     sweep = Sweep(args, out)
     points: list[Point] = []

@@ -12,16 +12,26 @@ minutes) then reads more from the device than its files hold.
     found = find_reclaimers()       # [] where there is none
     warning(found)                  # one line for the run's log, or None
     with paused(found): ...         # root: switched off inside, back on after (also on errors)
+
+A pause is recorded in a file (RECORD) before the first switch goes off and removed once every
+switch is back on; a script killed in between (SIGKILL, which no `finally` sees) leaves the record,
+and the next storage script that starts (`paused_for_storage_runs`, the sweep) switches those back
+on and says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 SYSFS = Path("/sys")
+# the switches a storage script turned off, until it turns them back on (in /run: gone at a reboot,
+# when the kernel's own settings come back anyway)
+RECORD = Path(os.environ.get("MLPERF_RECLAIM_RECORD", "/run/mlperf-proactive-reclaim-paused.json"))
 # DAMON actions that drop pages from memory whatever the free memory (cold -> page cache gone);
 # lru_deprio and the like only reorder what the normal reclaim takes first
 _EVICTING_ACTIONS = {"pageout"}
@@ -106,12 +116,49 @@ def warning(found: Sequence[Reclaimer]) -> str | None:
             "can serve more bytes than the dataset holds (pause it for a storage measurement, as root)")
 
 
+def _write_record(record: Path, stopped: Sequence[Reclaimer]) -> None:
+    staging = record.with_name(record.name + ".tmp")
+    staging.write_text(json.dumps([{"name": r.name, "switch": str(r.switch), "on": r.on, "off": r.off}
+                                   for r in stopped]) + "\n")
+    staging.replace(record)
+
+
+def restore_left_paused(prefix: str, *, record: Path = RECORD) -> list[str]:
+    """Switches back on what a killed storage script left paused (its record), says so on stdout
+    with `prefix`, and removes the record; the names switched back on."""
+    try:
+        entries = json.loads(record.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        print(f"{prefix} warning: {record} is unreadable ({error}): a killed storage script may have left the "
+              "host's proactive reclaim off; check it by hand", flush=True)
+        return []
+    restored = []
+    for entry in entries:
+        switch = Path(entry["switch"])
+        try:
+            if switch.read_text().strip() == entry["off"]:
+                switch.write_text(entry["on"] + "\n")
+                restored.append(entry["name"])
+        except OSError as error:
+            print(f"{prefix} could not switch {entry['name']} back on ({switch}): {error}", flush=True)
+            return restored
+    for name in restored:
+        print(f"{prefix} switched {name} back on: a storage script paused it and was killed before it could "
+              f"(recorded in {record})", flush=True)
+    record.unlink(missing_ok=True)
+    return restored
+
+
 @contextlib.contextmanager
-def paused(found: Sequence[Reclaimer]) -> Iterator[list[Reclaimer]]:
+def paused(found: Sequence[Reclaimer], *, record: Path = RECORD) -> Iterator[list[Reclaimer]]:
     """Switches every reclaimer in `found` off and, on leaving (errors included), back on; yields the
     ones it switched off. A switch that cannot be written (not root) raises PermissionError naming it,
-    after the ones already switched off are back on."""
+    after the ones already switched off are back on. The pause is recorded in `record` meanwhile."""
     stopped: list[Reclaimer] = []
+    if found:
+        _write_record(record, found)  # before the first switch: a kill at any point leaves what to undo
     try:
         for r in found:
             try:
@@ -121,23 +168,28 @@ def paused(found: Sequence[Reclaimer]) -> Iterator[list[Reclaimer]]:
             stopped.append(r)
         yield stopped
     finally:
+        failed = False
         for r in reversed(stopped):
             try:
                 r.switch.write_text(r.on + "\n")
             except OSError as error:  # say so loudly: the host is left without its reclaim
+                failed = True
                 print(f"[reclaim] could not switch {r.name} back on ({r.switch}): {error}", flush=True)
+        if found and not failed:
+            record.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
-def paused_for_storage_runs(prefix: str, *, keep: bool = False,
-                            sysfs: Path = SYSFS) -> Iterator[dict[str, list[str]]]:
-    """What a root script that measures storage wraps its runs in: the host's reclaimers paused
-    (said on stdout with `prefix`), or with `keep` left running with a warning. Yields
-    {"found": [...], "paused": [...]} for the script's results."""
+def paused_for_storage_runs(prefix: str, *, keep: bool = False, sysfs: Path = SYSFS,
+                            record: Path = RECORD) -> Iterator[dict[str, list[str]]]:
+    """What a root script that measures storage wraps its runs in: first what an earlier, killed one
+    left paused switched back on; then the host's reclaimers paused (said on stdout with `prefix`),
+    or with `keep` left running with a warning. Yields {"found": [...], "paused": [...]}."""
+    restore_left_paused(prefix, record=record)
     found = find_reclaimers(sysfs)
     if found and keep:
         print(f"{prefix} warning: {warning(found)}", flush=True)
-    with paused([] if keep else found) as stopped:
+    with paused([] if keep else found, record=record) as stopped:
         for r in stopped:
             print(f"{prefix} paused {r.name} for these runs (it drops pages idle for {r.min_age_s} s, so a slow "
                   f"run would read some pages twice); it is switched back on at the end", flush=True)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from storage.host.proactive_reclaim import find_reclaimers, paused, warning
+from storage.host.proactive_reclaim import find_reclaimers, paused, restore_left_paused, warning
 
 
 def _write(path: Path, text: str) -> None:
@@ -62,12 +68,14 @@ def test_paused_switches_off_inside_and_back_on_after_an_error(tmp_path):
     first, second = _kdamond(tmp_path, 0), _kdamond(tmp_path, 1, age=6)
     found = find_reclaimers(tmp_path)
     assert [r.min_age_s for r in found] == [60.0, 30.0]
+    record = tmp_path / "record.json"
     with pytest.raises(RuntimeError, match="inside"):
-        with paused(found) as stopped:
-            assert stopped == found
+        with paused(found, record=record) as stopped:
+            assert stopped == found and record.is_file()  # recorded while paused
             assert (first / "state").read_text().strip() == "off" == (second / "state").read_text().strip()
             raise RuntimeError("inside")
     assert (first / "state").read_text().strip() == "on" == (second / "state").read_text().strip()
+    assert not record.exists()
 
 
 def test_a_switch_that_cannot_be_written_is_named_and_the_others_are_restored(tmp_path):
@@ -78,7 +86,7 @@ def test_a_switch_that_cannot_be_written_is_named_and_the_others_are_restored(tm
     (broken / "state").unlink()
     (broken / "state").mkdir()  # writing to a folder fails, as a read-only sysfs file would
     with pytest.raises(PermissionError, match=r"cannot pause DAMON kdamond 1 .*kdamonds/1/state"):
-        with paused(found):
+        with paused(found, record=tmp_path / "record.json"):
             pytest.fail("the body must not run when a reclaimer could not be paused")
     assert (first / "state").read_text().strip() == "on"
 
@@ -88,7 +96,8 @@ import signal, sys, time
 from pathlib import Path
 from storage.host.proactive_reclaim import paused_for_storage_runs
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # as the storage scripts do
-with paused_for_storage_runs("[test]", keep=sys.argv[2] == "keep", sysfs=Path(sys.argv[1])) as reclaim:
+with paused_for_storage_runs("[test]", keep=sys.argv[2] == "keep", sysfs=Path(sys.argv[1]),
+                             record=Path(sys.argv[3])) as reclaim:
     print("inside", reclaim["paused"], flush=True)
     time.sleep(60)
 """
@@ -96,14 +105,10 @@ with paused_for_storage_runs("[test]", keep=sys.argv[2] == "keep", sysfs=Path(sy
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_script_stopped_by_sigterm_switches_the_reclaim_back_on(tmp_path, keep):
-    import os
-    import signal
-    import subprocess
-    import sys
-
     kdamond = _kdamond(tmp_path / "sys", 0)
     repo = Path(__file__).resolve().parents[3]
-    child = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path / "sys"), "keep" if keep else "pause"],
+    child = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path / "sys"), "keep" if keep else "pause",
+                              str(tmp_path / "record.json")],
                              cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)
     lines = []
     for line in child.stdout:  # wait until it is inside the block
@@ -120,3 +125,24 @@ def test_a_script_stopped_by_sigterm_switches_the_reclaim_back_on(tmp_path, keep
         assert "[test] warning: proactive reclaim is on: DAMON kdamond 0" in said and "inside []" in said
     else:
         assert "[test] paused DAMON kdamond 0 (pid 77)" in said and "inside ['DAMON kdamond 0 (pid 77)']" in said
+
+
+def test_a_script_killed_while_paused_leaves_a_record_and_the_next_one_switches_it_back_on(tmp_path):
+    kdamond = _kdamond(tmp_path / "sys", 0)
+    record = tmp_path / "record.json"
+    repo = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path / "sys"), "pause", str(record)],
+                             cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)
+    for line in child.stdout:
+        if line.startswith("inside"):
+            break
+    child.send_signal(signal.SIGKILL)  # no finally runs
+    child.communicate(timeout=30)
+    assert (kdamond / "state").read_text().strip() == "off" and record.is_file()
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert restore_left_paused("[next]", record=record) == ["DAMON kdamond 0 (pid 77)"]
+    lines = said.getvalue().splitlines()
+    assert (kdamond / "state").read_text().strip() == "on" and not record.exists()
+    assert lines == [f"[next] switched DAMON kdamond 0 (pid 77) back on: a storage script paused it and was killed "
+                     f"before it could (recorded in {record})"]
+    assert restore_left_paused("[next]", record=record) == []  # nothing left to do
