@@ -296,7 +296,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
              f"read_threads {threads}" + (": that DLIO reads 1 as unset and picks min(cpus per rank, 8); run it "
                                           "with DLIO_MAX_AUTO_THREADS=1 to keep one." if threads == 1 else "."),
              f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
-             f"computation_time {ref.computation_time}."]
+             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile)]
     datagen = {
         "model": model_section,
         "framework": "pytorch",
@@ -316,6 +316,22 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         f"{model}_datagen_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, "
                                                         "measured.", lines=datagen_lines), datagen),
     }
+
+
+def _checkpoint_notes(profile: dict[str, Any]) -> list[str]:
+    """What the run's checkpoint saves wrote, per rank: in the comments, since DLIO's checkpoint workload
+    is sized from a model's shapes and parallelism, which a load profile does not hold."""
+    saves = [save for rank in profile.get("checkpoints") or [] for save in rank.get("saves", [])]
+    if not saves:
+        return []
+    ranks = len(profile["checkpoints"])
+    per_save = len(saves) // max(ranks, 1)
+    written = [s["bytes"] for s in saves if s.get("bytes") is not None]
+    mean_mb = sum(written) / len(written) / 1e6 if written else float("nan")
+    mean_s = sum(s["seconds"] for s in saves) / len(saves)
+    return [f"checkpoint writes measured: {per_save} save(s) on each of {ranks} rank(s), {mean_mb:,.2f} MB and "
+            f"{mean_s:.3f} s per rank and save (the bytes its write calls accepted); workflow.checkpoint stays False: "
+            "DLIO sizes a checkpoint from the model's shapes and parallelism, which this profile does not hold."]
 
 
 def _accelerator_row(profile: dict[str, Any], accelerator: str) -> ComputeTime:

@@ -304,3 +304,24 @@ def test_cli_export_flags(tmp_path, capsys):
     assert main(["export", str(run), "--accelerator", "tpu9"]) == 2
     assert "--accelerator 'tpu9'" in capsys.readouterr().err
     assert main(["export"]) == 2
+
+
+def test_checkpoint_saves_are_kept_per_rank_and_the_export_says_what_they_wrote(tmp_path):
+    from tests.storage.load_profile.profiles import DATASET, rank_part
+
+    parts = [rank_part(r, 2) for r in range(2)]
+    for rank, part in enumerate(parts):
+        part["checkpoints"] = [{"step": 4, "seconds": 0.5, "bytes": 2_000_000 + rank},
+                               {"step": 8, "seconds": 0.7, "bytes": 4_000_000 + rank}]
+    profile = merge(parts, benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET)
+    assert [c["rank"] for c in profile["checkpoints"]] == [0, 1]
+    assert [s["step"] for s in profile["checkpoints"][1]["saves"]] == [4, 8]
+    run = _run_dir(tmp_path, profile)
+    export(run)
+    text = (run / "dlio" / "mlperf_storage" / "retinanet_measured.yaml").read_text()
+    assert "# checkpoint writes measured: 2 save(s) on each of 2 rank(s), 3.00 MB and 0.600 s per rank and save" in text
+    assert yaml.safe_load(text)["workflow"]["checkpoint"] is False
+    (tmp_path / "none").mkdir()
+    without = _run_dir(tmp_path / "none", known_profile(world_size=1))
+    export(without)
+    assert "checkpoint writes" not in (without / "dlio" / "mlperf_storage" / "retinanet_measured.yaml").read_text()
