@@ -68,13 +68,26 @@ STEPS = ("triton", "hstu_ops", "tune", "flux", "retinanet", "dlrm", "compute_tim
 ESTIMATES = {"triton": (1.5, 0.2), "hstu_ops": (1.0, 0.1), "tune": (2.0, 0.2), "flux": (1.0, 0.1),
              "retinanet": (0.5, 0.1), "dlrm": (2.0, 0.15), "compute_times": (0.0, 0.0)}
 # Dense (no sparsity) bf16 tensor throughput and memory bandwidth per device, from the vendors'
-# datasheets: NVIDIA H100 SXM5 and H200 (989 TFLOP/s; 3.35 and 4.8 TB/s), NVIDIA B200 (2.25 PFLOP/s
-# dense bf16, 8 TB/s), AMD Instinct MI350X and MI355X (2.3 and 2.5 PFLOP/s, 8 TB/s).
+# datasheets: NVIDIA H100 SXM5 (989 TFLOP/s, 3.35 TB/s) and H200 (the same compute, 4.8 TB/s), NVIDIA
+# B200 (2.25 PFLOP/s dense bf16, 8 TB/s), AMD Instinct MI350X and MI355X (2.3 and 2.5 PFLOP/s, 8 TB/s).
+# By architecture, then by a word of the device's name where one architecture has several memories.
 PEAKS = {
-    "sm90": {"name": "H100/H200", "bf16_tflops": 989.0, "hbm_tb_s": 3.35},
+    "sm90": {"name": "H100", "bf16_tflops": 989.0, "hbm_tb_s": 3.35},
     "sm100": {"name": "B200", "bf16_tflops": 2250.0, "hbm_tb_s": 8.0},
-    "gfx950": {"name": "MI350X/MI355X", "bf16_tflops": 2300.0, "hbm_tb_s": 8.0},
+    "gfx950": {"name": "MI350X", "bf16_tflops": 2300.0, "hbm_tb_s": 8.0},
 }
+PEAKS_BY_NAME = {
+    ("sm90", "H200"): {"name": "H200", "bf16_tflops": 989.0, "hbm_tb_s": 4.8},
+    ("gfx950", "MI355"): {"name": "MI355X", "bf16_tflops": 2500.0, "hbm_tb_s": 8.0},
+}
+
+
+def peak_of(arch: str, device_name: str) -> dict[str, Any] | None:
+    """The vendor figures of the device: its architecture's, or the named variant's."""
+    for (variant_arch, word), peak in PEAKS_BY_NAME.items():
+        if arch == variant_arch and word.lower() in device_name.lower():
+            return peak
+    return PEAKS.get(arch)
 
 
 class Skipped(Exception):
@@ -163,7 +176,7 @@ def detect_device(force_cpu: bool) -> dict[str, Any]:
                  devices=[{"name": torch.cuda.get_device_properties(i).name,
                            "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)}
                           for i in range(torch.cuda.device_count())])
-    facts["peak"] = PEAKS.get(arch.arch)
+    facts["peak"] = peak_of(arch.arch, torch.cuda.get_device_name(0))
     return facts
 
 

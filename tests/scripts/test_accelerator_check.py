@@ -212,3 +212,11 @@ def test_the_bundles_and_the_checks_pins_are_the_projects_where_it_pins_them():
             assert package.version == pin.version, (package.distribution, package.version, pin.source, pin.version)
             compared += 1
     assert compared >= 10  # gin-config, mlperf-logging, pyarrow, ..., torchrec, fbgemm-gpu
+
+
+def test_the_peak_figures_tell_an_h200_from_an_h100():
+    assert accelerator_check.peak_of("sm90", "NVIDIA H100 80GB HBM3")["hbm_tb_s"] == 3.35
+    assert accelerator_check.peak_of("sm90", "NVIDIA H200")["hbm_tb_s"] == 4.8
+    assert accelerator_check.peak_of("gfx950", "AMD Instinct MI355X")["bf16_tflops"] == 2500.0
+    assert accelerator_check.peak_of("sm100", "NVIDIA B200")["name"] == "B200"
+    assert accelerator_check.peak_of("sm80", "NVIDIA A100") is None
