@@ -28,3 +28,16 @@ def test_the_command_prints_one_json_line_per_benchmark(capsys, tmp_path):
     [line] = capsys.readouterr().out.splitlines()
     assert json.loads(line)["benchmark"] == "retinanet" and "dlio" not in json.loads(line)
     assert not list(tmp_path.iterdir())  # the scratch directory is cleaned up
+
+
+def test_ours_and_dlios_rates_are_compared_by_one_definition(capsys, tmp_path, monkeypatch):
+    """Wall-clock MB/s of one process while it generates on both sides (not ours per CPU-second)."""
+    import storage.dlio.datagen_rate as datagen_rate
+
+    monkeypatch.setattr(generation_bench, "measure_ours", lambda benchmark, target_bytes, scratch: {
+        "mb_per_s": 10.0, "mb_per_cpu_s": 40.0})
+    monkeypatch.setattr(datagen_rate, "measure_dlio_datagen", lambda benchmark, out_dir, target_bytes: {
+        "generate_mb_per_s": 5.0, "mb_per_s": 2.0, "mb_per_cpu_s": 8.0})
+    assert generation_bench.main(["--benchmark", "flux", "--scratch", str(tmp_path)]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["ours_over_dlio"] == 2.0 and "ours_per_cpu_s_over_dlio_generating" not in line
