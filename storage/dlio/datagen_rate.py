@@ -16,7 +16,8 @@ prints one JSON line per benchmark. What is measured:
   cache: neither DLIO nor this module syncs them.
 - MB = 1e6 bytes.
 
-What DLIO 2.0.0 writes (read from its wheel; see /work/shared/reference/dlio_facts.md):
+What DLIO 2.0.0 writes (read from its wheel on PyPI, dlio-benchmark 2.0.0: `dlio_benchmark/data_generator/`
+and `dlio_benchmark/common/enumerations.py`):
 - It reads `dataset.record_length`, not the newer `record_length_bytes` the published files use,
   and writes int(sqrt(record_length))**2 bytes per sample (a square uint8 image or array).
 - Its JPEGs are random-noise greyscale images: on disk they come out near 55% of record_length.

@@ -1,6 +1,7 @@
 """Puts the ranks' parts together into `load_profile.json`'s content.
 
-Rates follow DLIO's definitions (`../shared/reference/dlio_facts.md` section 4) so a replay's
+Rates follow DLIO's definitions (dlio-benchmark 2.0.0 on PyPI: `dlio_benchmark/main.py` `_train` and
+`dlio_benchmark/utils/statscounter.py`, where AU leaves the first step out and throughput does not) so a replay's
 summary.json compares directly: a rank's samples/s is its samples over its training wall time
 (first step included) and the total is the sum over ranks; AU is a rank's compute over its
 wall time without the first step, averaged over ranks. MB/s counts the bytes the loader asked
