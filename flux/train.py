@@ -23,6 +23,7 @@ import torch
 
 from common.data.epochs import EpochIndexedSource
 from common.data.loader import StreamingLoader
+from common.distributed.process_exit import exit_rank
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
@@ -126,4 +127,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main)

@@ -19,6 +19,7 @@ if __name__ == "__main__":  # a preemption signal while the imports below load i
 from typing import Sequence
 
 from common.data.loader import StreamingLoader
+from common.distributed.process_exit import exit_rank
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
@@ -142,4 +143,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main)

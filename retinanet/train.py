@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import sum_over_ranks
+from common.distributed.process_exit import exit_rank
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
@@ -138,4 +139,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main)

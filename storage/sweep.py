@@ -49,10 +49,6 @@ SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
 LOG_TAIL_LINES = 30
-# torch on CPU now and then aborts a rank in native code as it winds down, after its work is done
-# (see tests/trainers/trainer_process.py): such a launch is relaunched, at most RELAUNCHES times
-NATIVE_TEARDOWN_ABORT = "terminate called without an active exception"
-RELAUNCHES = 2
 
 
 class SweepError(RuntimeError):
@@ -84,7 +80,7 @@ class Figures:
 class Point:
     figures: Figures
     au_threshold: float
-    run: dict[str, Any]  # run_dir, log, command, seconds, launches, bytes_per_sample
+    run: dict[str, Any]  # run_dir, log, command, seconds, bytes_per_sample
     dlio: Figures | None = None
     dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
 
@@ -203,13 +199,8 @@ def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | No
     from storage.emulation.report import read_report
 
     started = time.monotonic()
-    for launch in range(1, RELAUNCHES + 2):
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing of an earlier launch may be read
-        code = _launch(cmd, log=log, timeout_s=timeout_s)
-        aborted = code not in (0, None) and NATIVE_TEARDOWN_ABORT in log.read_text(errors="replace")
-        if not aborted or launch > RELAUNCHES:
-            break
-        print(f"[sweep] a rank aborted in torch's teardown ({NATIVE_TEARDOWN_ABORT!r}); launching again", flush=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # nothing of an earlier sweep's point may be read
+    code = _launch(cmd, log=log, timeout_s=timeout_s)
     what = f"timed out after {timeout_s:.0f} s" if code is None else f"exited {code}"
     if code != 0:
         raise PointFailed(f"{run_dir.name} {what}: {shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}")
@@ -219,7 +210,7 @@ def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | No
         raise PointFailed(f"{run_dir.name}: {error} (is common.RunConfig.emulate honoured by this trainer?): "
                           f"{shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}") from None
     run = {"run_dir": str(run_dir), "log": str(log), "command": shlex.join(cmd),
-           "seconds": round(time.monotonic() - started, 2), "launches": launch,
+           "seconds": round(time.monotonic() - started, 2),
            "bytes_per_sample": report.get("bytes_per_sample")}
     return report, run
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.distributed.process_exit import exit_rank
 from common.run.task import StepContext
 from common.config.paths import DEFAULT_DATA_ROOT
 
@@ -311,4 +312,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from common.distributed.collectives import barrier, world_rank
+from common.distributed.process_exit import exit_rank
 from common.distributed.setup import destroy, init_distributed
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data.time_windows import TimeWindows
@@ -86,4 +87,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    raise SystemExit(main())
+    exit_rank(main)

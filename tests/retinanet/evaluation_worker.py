@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from common.distributed.process_exit import exit_rank
 from retinanet.data import layout
 from retinanet.evaluation import CocoDetectionEvaluator
 
@@ -49,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

@@ -28,6 +28,7 @@ from torchrec.optim import RowWiseAdagrad
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
 from common.checkpoint import CheckpointFallbackWarning, CheckpointManager, TrainingProgress
+from common.distributed.process_exit import exit_rank
 
 TABLES = [
     EmbeddingConfig(name="item_table", embedding_dim=8, num_embeddings=40, feature_names=["item"]),
@@ -189,4 +190,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

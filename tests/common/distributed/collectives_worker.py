@@ -24,6 +24,7 @@ from common.distributed.collectives import (
     strings_from_rank0,
     sum_over_ranks,
 )
+from common.distributed.process_exit import exit_rank
 from common.config.checks import ConfigError
 from common.randomness.streams import RandomStreams
 
@@ -76,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from common.distributed.collectives import run_on_rank0, world_rank
+from common.distributed.process_exit import exit_rank
 from common.distributed.setup import init_distributed
 
 PROCESS_GROUP_TIMEOUT_S = 1.0
@@ -43,4 +44,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

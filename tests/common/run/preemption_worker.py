@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from common.distributed.process_exit import exit_rank
 from common.run.preemption import PreemptionHandler, agree_at_step_boundary
 
 MAX_STEPS = 6000  # ~60 s at 10 ms a step: the signal arrives long before
@@ -57,4 +58,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

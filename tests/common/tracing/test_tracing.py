@@ -299,25 +299,11 @@ def test_ranks_on_different_base_times_are_moved_onto_one():
 
 
 # ---------------------------------------------------------------------------------- 2 ranks
-# torch 2.14.1's profiler (kineto) on CPU now and then aborts a rank while it stops ("terminate called
-# without an active exception", SIGABRT, right after kineto fails to count GPUs): a native race in the
-# library, not in common.tracing. Measured here: 1 launch in 6 (6 launches of tracing_worker.py alone),
-# and twice in a row once. The launch is retried on exactly that failure, up to 4 launches.
-KINETO_ABORT = "terminate called without an active exception"
-
-
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    launches = 4
-    for attempt in range(launches):
-        run_dir = tmp_path_factory.mktemp("trace_run")
-        try:
-            torchrun_reports(HERE / "tracing_worker.py", str(run_dir), out_dir=tmp_path_factory.mktemp("trace_reports"))
-            return run_dir
-        except AssertionError as error:
-            if attempt == launches - 1 or KINETO_ABORT not in str(error):
-                raise
-    raise AssertionError("unreachable")
+    run_dir = tmp_path_factory.mktemp("trace_run")
+    torchrun_reports(HERE / "tracing_worker.py", str(run_dir), out_dir=tmp_path_factory.mktemp("trace_reports"))
+    return run_dir
 
 
 def _command(*args: str) -> subprocess.CompletedProcess:

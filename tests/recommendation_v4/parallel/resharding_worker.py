@@ -24,6 +24,7 @@ from torchrec.optim import RowWiseAdagrad
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
 from common.checkpoint.manager import CheckpointManager
+from common.distributed.process_exit import exit_rank
 from recommendation_v4.parallel.resharding import ReshardError, checkpoint_adapter
 
 WIDE, NARROW = "wide", "narrow"  # the table that changes plans, and one that does not
@@ -147,4 +148,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)

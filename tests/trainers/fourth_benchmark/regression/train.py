@@ -13,6 +13,7 @@ import torch
 from common.data.epochs import EpochIndexedSource, EpochSchedule
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
+from common.distributed.process_exit import exit_rank
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.lifecycle import main as run_main
 from common.run.schedule import TrainingSchedule
@@ -92,4 +93,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main)
