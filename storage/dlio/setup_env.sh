@@ -26,6 +26,14 @@ fi
 
 fail() { echo "[setup_dlio_env] error: $*" >&2; exit 1; }
 
+# one builder at a time: a second one (another test, another shell) waits for the first and then
+# finds the env ready, instead of deleting what the first is installing
+exec 9>"$venv.lock"
+flock 9
+if [[ -f "$marker" && "$marker" -nt "$root/storage/dlio/setup_env.sh" ]]; then
+  exit 0
+fi
+
 if [[ -e "$venv" ]]; then
   # only ever replace a venv (a half-built one from an earlier failure), never another folder
   [[ -f "$venv/pyvenv.cfg" || -z "$(ls -A "$venv")" ]] || fail "$venv exists and is not a venv; refusing to replace it"
