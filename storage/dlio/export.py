@@ -97,6 +97,24 @@ def _step_compute(profile: dict[str, Any]) -> tuple[float, float]:
     return max(mean, 0.0), min(stdev, MAX_STDEV_FRACTION * max(mean, 0.0))
 
 
+def _every_step_compute(profile: dict[str, Any]) -> tuple[float, float]:
+    """As _step_compute, but the mean over every step, warm-up included: the replay of this run is
+    compared with its measured samples/s, which counts every step (DLIO's throughput does too), so
+    DLIO must sleep, over its steps, the time the run computed over all of its own."""
+    if not all(rank.get("warmup") and rank.get("steps") for rank in profile["ranks"]):
+        return _step_compute(profile)  # a profile without per-rank warm-up steps: the steady mean
+    means = []
+    for rank in profile["ranks"]:
+        warm, steady_wait = rank["warmup"], rank["data_wait_s"]
+        steady = steady_wait.get("mean", 0.0) * steady_wait.get("count", 0)
+        # a run no longer than its warm-up has every step in both lists (merge: steady = all then)
+        wait = steady if warm["steps"] >= rank["steps"] else sum(warm["data_wait_s"]) + steady
+        means.append((rank["wall_s"] - wait) / rank["steps"])
+    mean = sum(means) / len(means)
+    _, stdev = _step_compute(profile)
+    return max(mean, 0.0), min(stdev, MAX_STDEV_FRACTION * max(mean, 0.0))
+
+
 def _samples_per_file(profile: dict[str, Any]) -> tuple[int, int]:
     """(files, samples per file) of the training data, as stored."""
     d = profile["dataset"]
@@ -384,7 +402,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
     _, stored_per_file = _samples_per_file(profile)
     files, per_file = _dlio_files(fmt=fmt, steps=steps, batch=batch, world=world, stored_per_file=stored_per_file)
     record_length = _dlio_record_length(records["mean"], fmt)
-    compute, compute_stdev = _step_compute(profile)
+    compute, compute_stdev = _every_step_compute(profile)
     # the replay reads for itself: its preprocess sleep is the build time the loader was not
     # waiting for storage (profiles from before batch_busy_s: the whole build)
     build = t.get("batch_busy_s") or t["batch_build_s"]
@@ -443,7 +461,8 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         f"~{DLIO_READER_S_PER_SAMPLE * 1e3:.1f} ms per sample of its own; preprocess_time is scaled by "
         f"{spread:.2f} so the emulated loader keeps the measured capacity.",
         "computation_time: the measured step time without its data wait (compute plus the loop's per-step work), "
-        "mean over steady steps and ranks.",
+        "mean over every step (warm-up included) and rank: the measured samples/s this replay is compared with "
+        "counts every step, as DLIO's does.",
         f"preprocess_time: a loader worker's batch build time per sample, without the time it slept waiting "
         f"for storage (mean {build.get('mean', 0.0) * 1e3:.3f} ms per batch of {batch}"
         + ("" if t.get("batch_busy_s") else "; the whole build, this profile has no batch_busy_s")

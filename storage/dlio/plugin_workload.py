@@ -265,7 +265,7 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
         if before_train is not None:
             before_train(data)
         print(f"[replay] DLIO 2.0.0 runs {workload.name} with the reader plugin ({world} rank(s))", flush=True)
-        seconds["train"] = replay_module._run_dlio(
+        seconds["train"], process_reads = replay_module._run_dlio(
             command, python=python, log=work / "train.log", cwd=work, timeout_s=train_limit,
             what="training emulation with the reader plugin",
             # the plugin is imported by module path in DLIO's python: the repository root must be importable
@@ -288,7 +288,8 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
                   "au": float(totals["au"])},
         replayed={"samples_per_s": figures["samples_per_s"], "mb_per_s": figures["samples_per_s"] * per_sample / 1e6,
                   "au": figures["au"]},
-        bytes_per_sample=per_sample, dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
+        bytes_per_sample=per_sample, read_per_sample=per_sample, process_reads={"train": process_reads},
+        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
         seconds={k: round(v, 2) for k, v in seconds.items()},
         commands={"train": shlex.join(command)},
         result_path=run_dir / EXPORT_DIR / RESULT_FILE,

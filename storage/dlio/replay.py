@@ -7,10 +7,12 @@
                                                     generate.log and train.log (its console)
     RUN_DIR/dlio/replay_result.json                 measured vs replayed, and how each was computed
 
-Replayed MB/s is DLIO's samples/s times the bytes a sample costs on disk in the generated files,
-not DLIO's train_io_mean_MB_per_second, which is samples/s x record_length in MiB: 2.0.0 writes
-int(sqrt(record_length))**2 bytes per indexed_binary sample, adds a header to npy files, and its
-whole-file readers (npy, npz, jpeg, png, csv) load the whole file for every sample.
+Replayed MB/s is DLIO's samples/s times the bytes DLIO's processes read per sample once training
+had started (their rchar: storage.dlio.dlio_reads), not DLIO's train_io_mean_MB_per_second, which
+is samples/s x record_length in MiB: 2.0.0 writes int(sqrt(record_length))**2 bytes per
+indexed_binary sample, adds a header to npy files, and its whole-file readers (npy, npz, jpeg,
+png, csv) load the whole file for every sample. The bytes a sample costs on disk in the generated
+files are kept beside it: for the whole-file formats the two agree when DLIO reads what it should.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Callable
 import yaml
 
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+from storage.dlio.dlio_reads import TreeReads
 from storage.dlio.export import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
 from storage.load_profile.session import PROFILE_FILE
 
@@ -40,6 +43,7 @@ RESULT_FORMAT = "mlperf-load-replay"
 WHOLE_FILE_FORMATS = {"npy", "npz", "jpeg", "png", "csv"}
 PYTORCH_FORMATS = WHOLE_FILE_FORMATS | {"indexed_binary", "mmap_indexed_binary", "hdf5"}
 LOG_TAIL_LINES = 15
+POLL_S = 0.05  # how often a running DLIO's log is read for the start of training
 __all__ = ["DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "replay"]
 
 
@@ -56,6 +60,8 @@ class ReplayResult:
     measured: dict[str, float]  # samples_per_s, mb_per_s (1e6 B), au (0..1)
     replayed: dict[str, float]
     bytes_per_sample: float  # on disk, per sample read (see the module doc)
+    read_per_sample: float | None  # what DLIO's processes read per sample trained, once training had started
+    process_reads: dict[str, dict[str, int] | None]  # generate, train: storage.dlio.dlio_reads.TreeReads.finish()
     dlio_nominal_mib_per_s: float  # DLIO's own train_io_mean_MB_per_second
     replayed_steps: int  # rank 0's steps
     seconds: dict[str, float]  # generate, train: wall time of each DLIO run
@@ -76,7 +82,8 @@ class ReplayResult:
             ratio = self.ratios[key]
             lines.append(f"{label:14}{fmt.format(self.measured[key]):>12}{fmt.format(self.replayed[key]):>12}"
                          f"{'n/a' if ratio is None else f'{ratio:.3f}':>20}")
-        lines.append(f"bytes per sample on disk {self.bytes_per_sample:,.0f}; DLIO's nominal "
+        read = "not counted" if self.read_per_sample is None else f"{self.read_per_sample:,.0f}"
+        lines.append(f"bytes per sample: read by DLIO {read}, on disk {self.bytes_per_sample:,.0f}; DLIO's nominal "
                      f"train_io_mean_MB_per_second {self.dlio_nominal_mib_per_s:.3f} MiB/s (samples/s x record_length)")
         return "\n".join(lines)
 
@@ -86,14 +93,17 @@ class ReplayResult:
             "benchmark": self.benchmark, "workload": self.workload, "dataset_format": self.dataset_format,
             "world_size": self.world_size, "measured": self.measured, "replayed": self.replayed, "ratio": self.ratios,
             "replayed_steps": self.replayed_steps, "bytes_per_sample_on_disk": self.bytes_per_sample,
+            "bytes_read_per_sample": self.read_per_sample, "process_reads": self.process_reads,
             "dlio_train_io_mean_MB_per_second": self.dlio_nominal_mib_per_s, "seconds": self.seconds,
             "commands": self.commands,
             "how": {
                 "samples_per_s": "DLIO summary.json train_throughput_mean_samples_per_second (summed over ranks)",
                 "au": "DLIO summary.json train_au_mean_percentage / 100",
-                "mb_per_s": "samples_per_s x bytes_per_sample_on_disk / 1e6; bytes per sample = sum of the generated "
-                            "data files (index files excluded: read once per loader worker, not per sample) / samples, "
-                            "or / files for formats whose reader loads the whole file per sample",
+                "mb_per_s": "samples_per_s x bytes_read_per_sample / 1e6; bytes read per sample = the rchar of DLIO's "
+                            "processes from the log's 'Starting epoch 1' to their end, over the samples trained "
+                            "(steps x batch x ranks); where /proc could not count it, bytes_per_sample_on_disk: the "
+                            "generated data files (index files excluded) / samples, or / files for formats whose "
+                            "reader loads the whole file per sample",
             },
         }
 
@@ -207,15 +217,22 @@ def _log_tail(log: Path) -> str:
 
 
 def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: float, what: str,
-              extra_env: dict[str, str] | None = None) -> float:
+              extra_env: dict[str, str] | None = None) -> tuple[float, dict[str, int] | None]:
+    """(wall seconds, what DLIO's processes read: storage.dlio.dlio_reads.TreeReads.finish())."""
+    reads = TreeReads(log)
     start = time.monotonic()
     with log.open("w") as sink:
         # its own session, so a timeout ends every rank and loader worker it started, and only those
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
                                 env=_dlio_env(python, extra_env), start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        while True:
+            try:
+                code = proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - start < timeout_s:
+                    reads.poll(proc.pid)
+                    continue
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
                     os.killpg(proc.pid, sig)
@@ -228,7 +245,7 @@ def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: 
                               f"{_log_tail(log)}") from None
     if code != 0:
         raise ReplayError(f"DLIO {what} failed (exit {code}): {shlex.join(cmd)}\n{_log_tail(log)}")
-    return time.monotonic() - start
+    return time.monotonic() - start, reads.finish()
 
 
 def _num(section: dict[str, Any], key: str, default: float) -> float:
@@ -310,29 +327,35 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     gen_limit, train_limit = (timeout_s, timeout_s) if timeout_s else _timeouts(workload)
     commands = {"generate": _dlio_command(python, world, config_dir, name, data, gen_out, True),
                 "train": _dlio_command(python, world, config_dir, name, data, train_out, False)}
-    seconds = {}
+    seconds: dict[str, float] = {}
+    io: dict[str, dict[str, int] | None] = {}
     try:
         print(f"[replay] DLIO 2.0.0 generates {name}'s {fmt} data in {data} ({world} rank(s))", flush=True)
-        seconds["generate"] = _run_dlio(commands["generate"], python=python, log=work / "generate.log", cwd=work,
-                                        timeout_s=gen_limit, what="data generation")
+        seconds["generate"], io["generate"] = _run_dlio(commands["generate"], python=python, log=work / "generate.log",
+                                                        cwd=work, timeout_s=gen_limit, what="data generation")
         sample_bytes, _ = bytes_per_sample(data / "train", fmt, per_file)
         if before_train is not None:
             before_train(data)
         print(f"[replay] DLIO 2.0.0 runs {name}'s training emulation ({world} rank(s))", flush=True)
-        seconds["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
-                                     timeout_s=train_limit, what="training emulation")
+        seconds["train"], io["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
+                                                  timeout_s=train_limit, what="training emulation")
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)
     figures, steps = _read_dlio_output(train_out)
+    batch = int(workload.get("reader", {}).get("batch_size", 1))
+    trained = steps * batch * world
+    read = (io["train"] or {}).get("training_rchar")
+    read_per_sample = read / trained if read is not None and trained else None
     totals = profile["totals"]
     result = ReplayResult(
         benchmark=str(profile.get("benchmark")), workload=name, dataset_format=fmt, world_size=world,
         measured={"samples_per_s": float(totals["samples_per_s"]), "mb_per_s": float(totals["mb_per_s"]),
                   "au": float(totals["au"])},
         replayed={"samples_per_s": figures["samples_per_s"],
-                  "mb_per_s": figures["samples_per_s"] * sample_bytes / 1e6, "au": figures["au"]},
-        bytes_per_sample=sample_bytes, dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
+                  "mb_per_s": figures["samples_per_s"] * (read_per_sample or sample_bytes) / 1e6, "au": figures["au"]},
+        bytes_per_sample=sample_bytes, read_per_sample=read_per_sample, process_reads=io,
+        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
         seconds={k: round(v, 2) for k, v in seconds.items()},
         commands={k: shlex.join(v) for k, v in commands.items()},
         result_path=run_dir / EXPORT_DIR / RESULT_FILE)

@@ -221,7 +221,7 @@ def test_replay_calls_before_train_between_generation_and_training(tmp_path, mon
         if what == "data generation":  # what DLIO would have written
             (cwd / "data" / "train").mkdir(parents=True)
             (cwd / "data" / "train" / "f0.npy").write_bytes(b"x" * 228)
-        return 0.1
+        return 0.1, None
 
     monkeypatch.setattr(replay_module, "ensure_dlio_env", lambda: Path("/nowhere/bin/python"))
     monkeypatch.setattr(replay_module, "_run_dlio", run_dlio)

@@ -105,7 +105,7 @@ def _result(tmp_path, generic):
         benchmark="flux", workload="flux_plugin", dataset_format="indexed_binary", world_size=1,
         measured={"samples_per_s": 100.0, "mb_per_s": 2.5, "au": 0.9},
         replayed={"samples_per_s": 95.0, "mb_per_s": 2.4, "au": 0.88}, bytes_per_sample=25216.0,
-        dlio_nominal_mib_per_s=2.3, replayed_steps=30, seconds={}, commands={}, result_path=tmp_path / "r.json",
+        read_per_sample=25216.0, process_reads={"train": None}, dlio_nominal_mib_per_s=2.3, replayed_steps=30, seconds={}, commands={}, result_path=tmp_path / "r.json",
         layout="shards", reads={"profile": reads, "plugin": reads, "histogram": histogram_match(hist, hist)},
         data_wait_s={"measured": 0.001, "replayed": None}, generic=generic)
 

@@ -123,9 +123,10 @@ def test_result_ratios_and_table(tmp_path):
     result = ReplayResult(benchmark="retinanet", workload="w", dataset_format="npy", world_size=1,
                           measured={"samples_per_s": 100.0, "mb_per_s": 0.0, "au": 0.8},
                           replayed={"samples_per_s": 90.0, "mb_per_s": 0.3, "au": 0.72}, bytes_per_sample=3264.0,
+                          read_per_sample=None, process_reads={"generate": None, "train": None},
                           dlio_nominal_mib_per_s=0.27, replayed_steps=10, seconds={}, commands={},
                           result_path=tmp_path / "r.json")
     assert result.ratios == {"samples_per_s": pytest.approx(0.9), "mb_per_s": None, "au": pytest.approx(0.9)}
     table = result.table()
-    assert "0.900" in table and "n/a" in table
+    assert "0.900" in table and "n/a" in table and "read by DLIO not counted, on disk 3,264" in table
     assert json.loads(json.dumps(result.as_json()))["ratio"]["mb_per_s"] is None

@@ -325,3 +325,23 @@ def test_checkpoint_saves_are_kept_per_rank_and_the_export_says_what_they_wrote(
     without = _run_dir(tmp_path / "none", known_profile(world_size=1))
     export(without)
     assert "checkpoint writes" not in (without / "dlio" / "mlperf_storage" / "retinanet_measured.yaml").read_text()
+
+
+def test_the_replay_sleeps_the_compute_of_every_step_and_the_storage_workload_the_steady_one(tmp_path):
+    """The replay is compared with the measured samples/s, which counts every step: a slow first step's
+    compute must be in DLIO's sleeps too. The mlperf_storage workload models a long run: steady steps."""
+    profile = known_profile(world_size=2)
+    for rank in profile["ranks"]:  # the first step computed 0.5 s longer (a warm-up: allocation, autotuning)
+        rank["wall_s"] += 0.5
+        rank["warmup"]["wall_s"][0] += 0.5
+        rank["warmup"]["compute_s"][0] += 0.5
+    run = _run_dir(tmp_path, profile)
+    export(run)
+    replay = yaml.safe_load((run / "dlio/dlio-2.0.0/workload/retinanet_replay.yaml").read_text())
+    assert replay["train"]["computation_time"] == pytest.approx((STEPS * 0.05 + 0.5) / STEPS, abs=1e-6)
+    storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
+    assert storage["train"]["computation_time"] == pytest.approx(0.05)
+    # DLIO sleeping that every step takes the run's time over its steps: the same samples/s
+    warm = profile["ranks"][0]["warmup"]["data_wait_s"]
+    waits = sum(warm) + 0.01 * (STEPS - len(warm))
+    assert STEPS * replay["train"]["computation_time"] + waits == pytest.approx(profile["ranks"][0]["wall_s"])
