@@ -269,7 +269,8 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
             command, python=python, log=work / "train.log", cwd=work, timeout_s=train_limit,
             what="training emulation with the reader plugin",
             # the plugin is imported by module path in DLIO's python: the repository root must be importable
-            extra_env={"PYTHONPATH": str(REPO_ROOT)})
+            extra_env={"PYTHONPATH": str(REPO_ROOT)},
+            reads_dir=train_out / replay_module.TRAINING_READS_DIR, ranks=world)
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)

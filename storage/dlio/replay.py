@@ -7,11 +7,11 @@
                                                     generate.log and train.log (its console)
     RUN_DIR/dlio/replay_result.json                 measured vs replayed, and how each was computed
 
-Replayed MB/s is DLIO's samples/s times the bytes DLIO's processes read per sample once training
-had started (their rchar: storage.dlio.dlio_reads), not DLIO's train_io_mean_MB_per_second, which
-is samples/s x record_length in MiB: 2.0.0 writes int(sqrt(record_length))**2 bytes per
-indexed_binary sample, adds a header to npy files, and its whole-file readers (npy, npz, jpeg,
-png, csv) load the whole file for every sample. The bytes a sample costs on disk in the generated
+Replayed MB/s is DLIO's samples/s times the bytes DLIO's processes read per sample while they
+trained (their rchar, counted by each rank: storage.dlio.dlio_reads), not DLIO's
+train_io_mean_MB_per_second, which is samples/s x record_length in MiB: 2.0.0 writes
+int(sqrt(record_length))**2 bytes per indexed_binary sample, adds a header to npy files, and its
+whole-file readers (npy, npz, jpeg, png, csv) load the whole file for every sample. The bytes a sample costs on disk in the generated
 files are kept beside it: for the whole-file formats the two agree when DLIO reads what it should.
 """
 
@@ -43,7 +43,9 @@ RESULT_FORMAT = "mlperf-load-replay"
 WHOLE_FILE_FORMATS = {"npy", "npz", "jpeg", "png", "csv"}
 PYTORCH_FORMATS = WHOLE_FILE_FORMATS | {"indexed_binary", "mmap_indexed_binary", "hdf5"}
 LOG_TAIL_LINES = 15
-POLL_S = 0.05  # how often a running DLIO's log is read for the start of training
+# DLIO's main with each rank counting its training reads (storage.dlio.dlio_reads)
+COUNTED_DLIO = Path(__file__).resolve().with_name("counted_dlio.py")
+TRAINING_READS_DIR = "training_reads"  # in DLIO's training output folder: one count per rank
 __all__ = ["DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "replay"]
 
 
@@ -100,7 +102,8 @@ class ReplayResult:
                 "samples_per_s": "DLIO summary.json train_throughput_mean_samples_per_second (summed over ranks)",
                 "au": "DLIO summary.json train_au_mean_percentage / 100",
                 "mb_per_s": "samples_per_s x bytes_read_per_sample / 1e6; bytes read per sample = the rchar of DLIO's "
-                            "processes from the log's 'Starting epoch 1' to their end, over the samples trained "
+                            "ranks' process trees from the first epoch's start to the last one's end (each rank counts "
+                            "its own: storage/dlio/counted_dlio.py), over the samples trained "
                             "(steps x batch x ranks); where /proc could not count it, bytes_per_sample_on_disk: the "
                             "generated data files (index files excluded) / samples, or / files for formats whose "
                             "reader loads the whole file per sample",
@@ -187,8 +190,10 @@ def _hydra_value(path: Path) -> str:
 
 def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, data: Path, out: Path,
                   generate: bool) -> list[str]:
-    # `python -m` rather than the dlio_benchmark script: its shebang breaks in long paths
-    cmd = [str(python), "-m", "dlio_benchmark.main", "--config-dir", str(config_dir), f"workload={name}",
+    # `python -m` rather than the dlio_benchmark script: its shebang breaks in long paths; training
+    # runs the same main through counted_dlio.py, which only adds each rank's count of its reads
+    main = ["-m", "dlio_benchmark.main"] if generate else [str(COUNTED_DLIO)]
+    cmd = [str(python), *main, "--config-dir", str(config_dir), f"workload={name}",
            f"++workload.dataset.data_folder={_hydra_value(data)}", f"++hydra.run.dir={_hydra_value(out)}",
            f"++workload.output.folder={_hydra_value(out)}",
            f"++workload.workflow.generate_data={generate}", f"++workload.workflow.train={not generate}",
@@ -217,22 +222,20 @@ def _log_tail(log: Path) -> str:
 
 
 def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: float, what: str,
-              extra_env: dict[str, str] | None = None) -> tuple[float, dict[str, int] | None]:
-    """(wall seconds, what DLIO's processes read: storage.dlio.dlio_reads.TreeReads.finish())."""
-    reads = TreeReads(log)
+              extra_env: dict[str, str] | None = None, reads_dir: Path | None = None,
+              ranks: int = 1) -> tuple[float, dict[str, int] | None]:
+    """(wall seconds, what DLIO's processes read: storage.dlio.dlio_reads.TreeReads.finish()); a
+    training run's ranks count their training reads in `reads_dir`."""
+    reads = TreeReads(reads_dir, ranks)
     start = time.monotonic()
     with log.open("w") as sink:
         # its own session, so a timeout ends every rank and loader worker it started, and only those
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
-                                env=_dlio_env(python, extra_env), start_new_session=True)
-        while True:
-            try:
-                code = proc.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() - start < timeout_s:
-                    reads.poll(proc.pid)
-                    continue
+                                env=_dlio_env(python, {**(extra_env or {}), **reads.env()}),
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
                     os.killpg(proc.pid, sig)
@@ -338,7 +341,8 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
             before_train(data)
         print(f"[replay] DLIO 2.0.0 runs {name}'s training emulation ({world} rank(s))", flush=True)
         seconds["train"], io["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
-                                                  timeout_s=train_limit, what="training emulation")
+                                                  timeout_s=train_limit, what="training emulation",
+                                                  reads_dir=train_out / TRAINING_READS_DIR, ranks=world)
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)

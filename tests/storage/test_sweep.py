@@ -216,7 +216,7 @@ def _replay_run(tmp_path: Path) -> Path:
 def test_replay_calls_before_train_between_generation_and_training(tmp_path, monkeypatch, with_hook):
     events = []
 
-    def run_dlio(cmd, *, python, log, cwd, timeout_s, what):
+    def run_dlio(cmd, *, python, log, cwd, timeout_s, what, extra_env=None, reads_dir=None, ranks=1):
         events.append(what)
         if what == "data generation":  # what DLIO would have written
             (cwd / "data" / "train").mkdir(parents=True)

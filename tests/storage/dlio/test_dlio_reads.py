@@ -1,46 +1,67 @@
-"""Counting what a run's process tree read, and what it read after its log said training started."""
+"""Counting what a DLIO run's process tree read, and the part each rank read while it trained."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
-import time
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
-from storage.dlio.dlio_reads import TRAINING_STARTS, TreeReads
+from storage.dlio.dlio_reads import READS_DIR_ENV, TreeReads, training_reads
 
 MB = 1_000_000
+REPO = Path(__file__).resolve().parents[3]
 
 
-def test_the_reads_after_the_start_line_are_the_trees_and_nothing_before_counts(tmp_path):
-    before_start, after_start = tmp_path / "imports.bin", tmp_path / "data.bin"
-    before_start.write_bytes(b"i" * (3 * MB))
-    after_start.write_bytes(b"d" * (2 * MB))
-    log = tmp_path / "run.log"
-    # the tree: a shell that reads 3 MB (its "imports"), logs the start line, then has a child
-    # (a loader worker) read 2 MB twice, and a grandchild once more: 6 MB after the start
-    script = (f"cat {before_start} > /dev/null; echo '{TRAINING_STARTS.decode()}: go'; sleep 0.5; "
-              f"(cat {after_start} {after_start} > /dev/null; (cat {after_start} > /dev/null)); sleep 0.1")
-    reads = TreeReads(log)
-    with log.open("w") as sink:
-        proc = subprocess.Popen(["bash", "-c", script], stdout=sink)
-        while proc.poll() is None:
-            reads.poll(proc.pid)
-            time.sleep(0.02)
+def _rank_script(rank: int, imports: str, data: str, after: str) -> str:
+    # a "rank": reads 3 MB before training (its imports), then its loader workers (a child, and the
+    # child's child) read 6 MB between the marks, then 3 MB more after training (MPI's finalize)
+    return textwrap.dedent(f"""
+        import os, subprocess, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(REPO)!r})
+        from storage.dlio.counted_dlio import TrainingReads
+        open({imports!r}, "rb").read()
+        count = TrainingReads(Path(os.environ[{READS_DIR_ENV!r}]))
+        count.started()
+        subprocess.run(["bash", "-c", "cat {data} {data} > /dev/null; (cat {data} > /dev/null)"], check=True)
+        count.ended({rank})
+        open({after!r}, "rb").read()
+    """)
+
+
+def test_each_rank_counts_its_tree_between_the_marks_and_nothing_before_or_after(tmp_path):
+    imports, data, after = tmp_path / "imports.bin", tmp_path / "data.bin", tmp_path / "after.bin"
+    for path, size in ((imports, 3 * MB), (data, 2 * MB), (after, 3 * MB)):
+        path.write_bytes(b"x" * size)
+    reads_dir = tmp_path / "reads"
+    reads = TreeReads(reads_dir, ranks=2)
+    ranks = "; ".join(f"{sys.executable} -c {shlex.quote(_rank_script(rank, str(imports), str(data), str(after)))}"
+                      for rank in range(2))
+    subprocess.run(["bash", "-c", ranks], env={**os.environ, **reads.env()}, check=True)
     counted = reads.finish()
-    assert reads.at_start is not None
-    assert counted["training_rchar"] == pytest.approx(6 * MB, abs=64 * 1024)  # bash and cat read a little besides
-    assert counted["rchar"] == pytest.approx(9 * MB, abs=2 * MB)  # bash and cat start up: their libraries are mmapped
-    assert counted["rchar"] - counted["training_rchar"] >= 3 * MB
+    assert counted["training_rchar"] == pytest.approx(12 * MB, abs=256 * 1024)  # 2 ranks x 6 MB; bash, cat a little
+    assert counted["rchar"] - counted["training_rchar"] >= 12 * MB  # 2 x (3 MB before + 3 MB after), imports besides
+    assert training_reads(reads_dir, 1)["training_rchar"] == pytest.approx(6 * MB, abs=128 * 1024)
 
 
-def test_a_run_whose_log_never_says_training_started_counts_only_the_whole(tmp_path):
-    log = tmp_path / "run.log"
-    reads = TreeReads(log)
-    with log.open("w") as sink:
-        proc = subprocess.Popen(["bash", "-c", "echo generating"], stdout=sink)
-        while proc.poll() is None:
-            reads.poll(proc.pid)
-            time.sleep(0.01)
+def test_a_run_where_a_rank_did_not_count_has_only_the_whole(tmp_path):
+    reads_dir = tmp_path / "reads"
+    reads_dir.mkdir()
+    (reads_dir / "rank0.json").write_text('{"rchar": 5, "read_bytes": 0, "epochs": 1}')
+    reads = TreeReads(reads_dir, ranks=2)  # rank 1 never wrote its count
+    subprocess.run(["bash", "-c", "echo generating > /dev/null"], check=True)
     counted = reads.finish()
     assert set(counted) == {"rchar", "read_bytes"} and counted["rchar"] >= 0
+    assert training_reads(reads_dir, 1) == {"training_rchar": 5, "training_read_bytes": 0}
+
+
+def test_a_run_without_a_reads_folder_counts_only_the_whole(tmp_path):
+    reads = TreeReads()
+    assert reads.env() == {}
+    subprocess.run(["true"], check=True)
+    assert set(reads.finish()) == {"rchar", "read_bytes"}

@@ -2,9 +2,10 @@
 
 DLIO reads the exported workload with the same batch, loader threads and step time (the mean over
 every step, as the measured samples/s counts every step): its samples/s must come within 10% of
-the trainer's. What DLIO read is counted, not assumed (its processes' rchar once training had
-started): it must be what its npy reader reads for each sample it trained on, measured apart on
-the same files with the same numpy, and the files must be the trainer's sample size. That DLIO's
+the trainer's. What DLIO read is counted, not assumed (its rank's process tree's rchar between the
+first epoch's start and the last one's end, counted by the rank): it must be what its npy reader
+reads for each sample it trained on, measured apart on the same files with the same numpy, plus
+no more than a loader worker's start-up, and the files must be the trainer's sample size. That DLIO's
 reader asks for more bytes per sample than the trainer (np.load reads part of each file twice) is
 what the count shows, and the MB/s ratio says.
 CI (MLPERF_REQUIRE_DLIO=1) fails when the DLIO env cannot be built; elsewhere that skips.
@@ -26,6 +27,10 @@ from tests.trainers.trainer_process import run_command, trainer_command
 
 pytestmark = pytest.mark.slow
 STEPS = 80
+# bounds on what DLIO's rank and loader worker read while training besides the data: the modules the
+# worker imports on its first batch (~290 KB counted with strace here) and each step's hand-off
+WORKER_START_BYTES = 512 * 1024
+STEP_HANDOFF_BYTES = 1024
 
 
 def test_a_replay_reproduces_the_measured_samples_and_bytes_per_second(dlio_env, tmp_path):
@@ -59,10 +64,14 @@ def test_a_replay_reproduces_the_measured_samples_and_bytes_per_second(dlio_env,
     # the files are the trainer's samples: their size per sample is the bytes its loader read per sample
     measured_bytes = result.measured["mb_per_s"] / result.measured["samples_per_s"] * 1e6
     assert result.bytes_per_sample == pytest.approx(measured_bytes, rel=0.10), result.table()
-    # what DLIO read, counted: np.load's reads of these files, once per sample trained (4 x 80 = 320 of 320 files)
+    # what DLIO read while it trained, counted by its rank: np.load's reads of these files, once per
+    # sample trained (4 x 80 = 320 of 320 files), and besides them only what its loader worker
+    # imports once started and the pipe and socket each batch crosses
     files = sorted((run_dir / "dlio" / "replay" / "data" / "train").rglob("*.npy"))
     per_file = _np_load_reads(dlio_env, files)
-    assert result.read_per_sample == pytest.approx(per_file, rel=0.05), (result.read_per_sample, per_file)
+    trained = STEPS * 4
+    besides = (result.read_per_sample - per_file) * trained
+    assert 0 <= besides <= WORKER_START_BYTES + STEP_HANDOFF_BYTES * STEPS, (result.read_per_sample, per_file)
     assert result.read_per_sample > 1.05 * result.bytes_per_sample  # np.load reads part of each file twice
     assert result.replayed["mb_per_s"] == pytest.approx(result.replayed["samples_per_s"] * result.read_per_sample / 1e6)
     shutil.rmtree(run_dir / "dlio" / "replay" / "data")
