@@ -89,6 +89,9 @@ def _first_cause(error: Exception, statuses: dict[int, int | None]) -> int:
     return _report(1, f"torchrun failed with {error}")
 
 
+_LOG_OPTIONS = {"--log-dir", "--log_dir", "--logs-specs", "--logs_specs"}  # the user's choice of where logs go
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -98,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ranks = torchrun.determine_local_world_size(torchrun.parse_args(argv).nproc_per_node)
     status_dir = Path(tempfile.mkdtemp(prefix="mlperf-launch-"))
     os.environ[RANK_STATUS_DIR_ENV] = str(status_dir)
+    if not any(arg.split("=", 1)[0] in _LOG_OPTIONS for arg in argv):
+        # torchrun's agent otherwise makes a /tmp/torchelastic_* folder per launch and leaves it
+        argv = ["--log-dir", str(status_dir / "torchelastic"), *argv]
     signal.signal(signal.SIGUSR1, _forward_to_ranks)
     try:
         torchrun.main(argv)
