@@ -17,7 +17,7 @@ the same per-rank batch B and loader workers W on both sides:
    DataLoader, not the trainers' StreamingLoader, so FLUX also gets a second row: the same
    contiguous batches of the same source through common.data.loader.stream_batches;
 3. the trainer with `common.RunConfig.emulate = "b200"`, `storage.Emulation.seconds_per_step = 0`
-   and the page cache left warm, N steps of B samples per rank, on 1 rank then 2 (torchrun):
+   and the page cache left warm, N steps of B samples per rank, on 1 rank then 2 (the project's launcher):
    emulation.json's samples_per_s / accelerators, the samples/s one emulated accelerator got.
 
 Prints one JSON line per benchmark as it finishes, then a markdown table; the ratios are the
@@ -191,7 +191,7 @@ def loader_bench(spec: Benchmark, directory: Path, *, steps: int, batch: int, wo
 # ---------------------------------------------------------------------------- the emulated trainer
 def trainer_command(spec: Benchmark, *, ranks: int, steps: int, batch: int, workers: int, data_root: Path,
                     output_root: Path, run_name: str, epochs: int | None, load_profile: bool) -> list[str]:
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    launcher = ([sys.executable, "-m", "common.distributed.launch", "--standalone", f"--nproc_per_node={ranks}"]
                 if ranks > 1 else [sys.executable])
     data = f"{spec.package}.DataConfig"
     bindings = [

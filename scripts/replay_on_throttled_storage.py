@@ -231,7 +231,7 @@ def _gin_flags(benchmark: str, data_root: Path, args: argparse.Namespace) -> lis
 
 def _trainer(benchmark: str, ranks: int, flags: list[str], output_root: Path, run_name: str, steps: int) -> list[str]:
     launcher = [sys.executable] if ranks == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+        [sys.executable, "-m", "common.distributed.launch", "--standalone", f"--nproc_per_node={ranks}"]
     return [*launcher, "-m", f"{benchmark}.train", *flags,
             "--gin_bindings", 'common.RunConfig.emulate = "b200"',
             "--gin_bindings", f'common.RunConfig.output_root = "{output_root}"',

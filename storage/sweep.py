@@ -140,10 +140,10 @@ def _gin_string(value: str | Path) -> str:
 
 def point_command(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequence[Path],
                   gin_bindings: Sequence[str], runs_root: Path, steps: int) -> list[str]:
-    """The trainer launch of one point, as users launch it: plain python for one rank, torchrun for
-    more. The sweep's own bindings come last so that they win."""
+    """The trainer launch of one point, as users launch it: plain python for one rank, the project's
+    launcher (torchrun's agent) for more. The sweep's own bindings come last so that they win."""
     launcher = [sys.executable] if n == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
+        [sys.executable, "-m", "common.distributed.launch", "--standalone", f"--nproc_per_node={n}"]
     cmd = launcher + ["-m", registry.find(benchmark).train_module]
     for config in gin_configs:
         cmd += ["--gin_config", str(config)]

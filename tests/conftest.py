@@ -6,12 +6,18 @@ fails is a failure."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.environment import unavailable
+from tests.trainers.trainer_process import TORCHRUN_LOGS
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TORCHRUN_LOGS, ignore_errors=True)  # what the tests' torchrun launches logged
 
 
 @pytest.fixture

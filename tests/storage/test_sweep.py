@@ -120,7 +120,7 @@ def test_the_launch_is_plain_python_for_one_rank_torchrun_for_more_and_the_sweep
                   runs_root=tmp_path, steps=7)
     one, four = point_command(n=1, **common), point_command(n=4, **common)
     assert one[:3] == [sys.executable, "-m", "flux.train"]
-    assert four[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    assert four[:5] == [sys.executable, "-m", "common.distributed.launch", "--standalone", "--nproc_per_node=4"]
     bindings = [four[i + 1] for i, arg in enumerate(four) if arg == "--gin_bindings"]
     assert bindings == ["x.y = 1", 'common.RunConfig.emulate = "b200"', f'common.RunConfig.output_root = "{tmp_path}"',
                         'common.RunConfig.run_name = "n4"', "common.RunConfig.max_steps = 7"]

@@ -8,19 +8,25 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 from common.run.logs import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# torchrun's agent logs here, not in a /tmp/torchelastic_* folder per launch; tests/conftest.py
+# removes it when the session ends
+TORCHRUN_LOGS = pathlib.Path(tempfile.gettempdir()) / f"mlperf-tests-torchrun-{os.getpid()}"
+
+
+def torchrun(nproc: int) -> list[str]:
+    """torchrun (`torch.distributed.run`) on `nproc` local ranks, as the tests launch it directly."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "--log-dir", str(TORCHRUN_LOGS)]
 
 
 def trainer_command(*, package: str, gin_file: pathlib.Path, nproc: int, bindings: list[str]) -> list[str]:
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        if nproc > 1
-        else [sys.executable]
-    )
+    launcher = torchrun(nproc) if nproc > 1 else [sys.executable]
     cmd = launcher + ["-m", f"{package}.train", "--gin_config", str(gin_file)]
     for binding in bindings:
         cmd += ["--gin_bindings", binding]
@@ -70,8 +76,7 @@ def worker_pids(launcher_pid: int) -> list[int]:
 
 def torchrun_reports(script: pathlib.Path, *args: str, out_dir: pathlib.Path, nproc: int = 2, timeout: int = 300) -> list[dict]:
     """Runs a test worker script on `nproc` gloo ranks; each rank writes `out_dir/rank<r>.json`."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               str(script), *args, str(out_dir)]
+    command = [*torchrun(nproc), str(script), *args, str(out_dir)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]

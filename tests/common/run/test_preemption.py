@@ -2,13 +2,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from common.run.preemption import PreemptionHandler, agree_at_step_boundary
+from tests.trainers.trainer_process import torchrun
 
 HERE = Path(__file__).parent
 
@@ -71,8 +71,7 @@ def test_single_process_agreement_is_local():
 
 @pytest.mark.multiprocess
 def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(HERE / "preemption_worker.py"), str(tmp_path)]
+    command = [*torchrun(2), str(HERE / "preemption_worker.py"), str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         pid_file = tmp_path / "rank1.pid"
