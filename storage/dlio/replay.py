@@ -11,8 +11,9 @@ Replayed MB/s is DLIO's samples/s times the bytes DLIO's processes read per samp
 trained (their rchar, counted by each rank: storage.dlio.dlio_reads), not DLIO's
 train_io_mean_MB_per_second, which is samples/s x record_length in MiB: 2.0.0 writes
 int(sqrt(record_length))**2 bytes per indexed_binary sample, adds a header to npy files, and its
-whole-file readers (npy, npz, jpeg, png, csv) load the whole file for every sample. The bytes a sample costs on disk in the generated
-files are kept beside it: for the whole-file formats the two agree when DLIO reads what it should.
+whole-file readers (npy, npz, jpeg, png, csv) load the whole file for every sample. The bytes a
+sample costs on disk in the generated files are kept beside it: for the whole-file formats the two
+agree when DLIO reads what it should.
 """
 
 from __future__ import annotations
