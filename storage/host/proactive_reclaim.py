@@ -13,10 +13,11 @@ minutes) then reads more from the device than its files hold.
     warning(found)                  # one line for the run's log, or None
     with paused(found): ...         # root: switched off inside, back on after (also on errors)
 
-A pause is recorded in a file (RECORD) before the first switch goes off and removed once every
-switch is back on; a script killed in between (SIGKILL, which no `finally` sees) leaves the record,
-and the next storage script that starts (`paused_for_storage_runs`, the sweep) switches those back
-on and says so.
+A pause is recorded in a file (RECORD: the pausing process and its switches) before the first
+switch goes off and removed once every switch is back on; a script killed in between (SIGKILL,
+which no `finally` sees) leaves the record, and the next storage script that starts
+(`paused_for_storage_runs`, the sweep) switches those back on and says so, unless the process that
+paused them still runs.
 """
 
 from __future__ import annotations
@@ -118,23 +119,38 @@ def warning(found: Sequence[Reclaimer]) -> str | None:
 
 def _write_record(record: Path, stopped: Sequence[Reclaimer]) -> None:
     staging = record.with_name(record.name + ".tmp")
-    staging.write_text(json.dumps([{"name": r.name, "switch": str(r.switch), "on": r.on, "off": r.off}
-                                   for r in stopped]) + "\n")
+    staging.write_text(json.dumps({"pid": os.getpid(), "switches": [
+        {"name": r.name, "switch": str(r.switch), "on": r.on, "off": r.off} for r in stopped]}) + "\n")
     staging.replace(record)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def restore_left_paused(prefix: str, *, record: Path = RECORD) -> list[str]:
     """Switches back on what a killed storage script left paused (its record), says so on stdout
     with `prefix`, and removes the record; the names switched back on."""
     try:
-        entries = json.loads(record.read_text())
+        saved = json.loads(record.read_text())
+        owner, entries = int(saved["pid"]), list(saved["switches"])
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:
         print(f"{prefix} warning: {record} is unreadable ({error}): a killed storage script may have left the "
               "host's proactive reclaim off; check it by hand", flush=True)
         return []
-    restored = []
+    if owner != os.getpid() and _running(owner):
+        print(f"{prefix} warning: process {owner}, still running, has the host's proactive reclaim paused "
+              f"({record}); storage measurements at the same time disturb each other", flush=True)
+        return []
+    restored, failed = [], False
     for entry in entries:
         switch = Path(entry["switch"])
         try:
@@ -142,12 +158,13 @@ def restore_left_paused(prefix: str, *, record: Path = RECORD) -> list[str]:
                 switch.write_text(entry["on"] + "\n")
                 restored.append(entry["name"])
         except OSError as error:
+            failed = True
             print(f"{prefix} could not switch {entry['name']} back on ({switch}): {error}", flush=True)
-            return restored
     for name in restored:
         print(f"{prefix} switched {name} back on: a storage script paused it and was killed before it could "
               f"(recorded in {record})", flush=True)
-    record.unlink(missing_ok=True)
+    if not failed:  # what could not be switched back stays recorded for the next start
+        record.unlink(missing_ok=True)
     return restored
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -146,3 +147,23 @@ def test_a_script_killed_while_paused_leaves_a_record_and_the_next_one_switches_
     assert lines == [f"[next] switched DAMON kdamond 0 (pid 77) back on: a storage script paused it and was killed "
                      f"before it could (recorded in {record})"]
     assert restore_left_paused("[next]", record=record) == []  # nothing left to do
+
+
+def test_a_pause_whose_script_still_runs_is_left_alone(tmp_path):
+    kdamond = _kdamond(tmp_path / "sys", 0)
+    record = tmp_path / "record.json"
+    (kdamond / "state").write_text("off\n")
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        record.write_text(json.dumps({"pid": running.pid, "switches": [
+            {"name": "DAMON kdamond 0 (pid 77)", "switch": str(kdamond / "state"), "on": "on", "off": "off"}]}))
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            assert restore_left_paused("[next]", record=record) == []
+        assert f"process {running.pid}, still running, has the host's proactive reclaim paused" in said.getvalue()
+        assert (kdamond / "state").read_text().strip() == "off" and record.is_file()
+    finally:
+        running.kill()
+        running.wait()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert restore_left_paused("[next]", record=record) == ["DAMON kdamond 0 (pid 77)"]  # its owner is gone
+    assert (kdamond / "state").read_text().strip() == "on" and not record.exists()
