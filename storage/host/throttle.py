@@ -16,26 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
-import re
 import secrets
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-MOUNTS = Path("/proc/self/mounts")
+from storage.host.cgroups import MOUNTS, CgroupError, cgroup_mounts, remove_cgroup, v2_controllers, write
+
+
 LOOP_CONTROL = Path("/dev/loop-control")
 TOOLS = ("losetup", "mkfs.ext4", "mount", "umount")
 MIN_SIZE_MB = 16  # room for ext4's journal and metadata plus some data
 _COMMAND_TIMEOUT_S = 120  # no tool here should take long; a hang (a stuck device) becomes an error
-_CGROUP_RMDIR_TRIES = 50  # x 0.1 s: processes that just exited may hold the cgroup briefly
 # the shell line of wrap(): write its own pid into the cgroup ($0), then become the command ("$@")
 _ENTER_CGROUP = 'echo $$ > "$0" && exec "$@"'
 
 
-class ThrottleError(RuntimeError):
+class ThrottleError(CgroupError):
     """A step of setting up or tearing down the throttled storage failed (names the path or command)."""
 
 
@@ -67,43 +65,20 @@ class _Setup:
 # --- what this host offers --------------------------------------------------------------------
 
 
-def _unescape(field: str) -> str:
-    """A /proc/self/mounts field with its octal escapes (space is \\040) decoded."""
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
-
-
-def _cgroup_mounts(mounts: Path) -> list[tuple[str, Path, set[str]]]:
-    """(file system type, mount point, options) of each cgroup and cgroup2 mount in `mounts`."""
-    try:
-        lines = mounts.read_text().splitlines()
-    except OSError as error:
-        raise ThrottleUnavailable(f"cannot read {mounts}: {error.strerror}") from None
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 4 and fields[2] in ("cgroup", "cgroup2"):
-            found.append((fields[2], Path(_unescape(fields[1])), set(fields[3].split(","))))
-    return found
-
-
-def _v2_controllers(root: Path) -> set[str]:
-    try:
-        return set((root / "cgroup.controllers").read_text().split())
-    except OSError:
-        return set()
-
-
 def _find_hierarchy(mounts: Path = MOUNTS) -> _Hierarchy:
     """cgroup v1 blkio where it is mounted (then v2 cannot have `io`: a controller binds to one
     hierarchy), else cgroup v2 where its `io` controller is available, else ThrottleUnavailable."""
-    cgroup_mounts = _cgroup_mounts(mounts)
-    for kind, point, options in cgroup_mounts:
+    try:
+        cgroup_mounts_here = cgroup_mounts(mounts)
+    except CgroupError as error:
+        raise ThrottleUnavailable(str(error)) from None
+    for kind, point, options in cgroup_mounts_here:
         if kind == "cgroup" and "blkio" in options:
             return _Hierarchy(1, point)
-    for kind, point, _ in cgroup_mounts:
-        if kind == "cgroup2" and "io" in _v2_controllers(point):
+    for kind, point, _ in cgroup_mounts_here:
+        if kind == "cgroup2" and "io" in v2_controllers(point):
             return _Hierarchy(2, point)
-    return _no_hierarchy(cgroup_mounts, mounts)
+    return _no_hierarchy(cgroup_mounts_here, mounts)
 
 
 def _no_hierarchy(cgroup_mounts: list[tuple[str, Path, set[str]]], mounts: Path) -> _Hierarchy:
@@ -140,15 +115,6 @@ def _run(command: list[str]) -> str:
     if done.returncode != 0:
         raise ThrottleError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done.stdout
-
-
-def _write(path: Path, text: str) -> None:
-    """One write of `text` into a cgroup file (the kernel takes each write as one command)."""
-    try:
-        with open(path, "w") as handle:
-            handle.write(text)
-    except OSError as error:
-        raise ThrottleError(f"cannot write {text!r} to {path}: {error.strerror}") from None
 
 
 def _make_image(image: Path, size_mb: int) -> None:
@@ -220,18 +186,18 @@ def _enable_io(root: Path) -> None:
     except OSError as error:
         raise ThrottleError(f"cannot read {control}: {error.strerror}") from None
     if "io" not in enabled:
-        _write(control, "+io")
+        write(control, "+io")
 
 
 def _write_limits(hierarchy: _Hierarchy, cgroup: Path, major_minor: str,
                   read_bps: int | None, read_iops: int | None) -> None:
     if hierarchy.version == 1:
         for name, rule in _v1_rules(major_minor, read_bps, read_iops).items():
-            _write(cgroup / name, rule)
+            write(cgroup / name, rule)
         return
     rule = _v2_rule(major_minor, read_bps, read_iops)
     if rule is not None:
-        _write(cgroup / "io.max", rule)
+        write(cgroup / "io.max", rule)
 
 
 def _make_cgroup(hierarchy: _Hierarchy, name: str) -> Path:
@@ -243,40 +209,6 @@ def _make_cgroup(hierarchy: _Hierarchy, name: str) -> Path:
     except OSError as error:
         raise ThrottleError(f"cannot create the cgroup {cgroup}: {error.strerror}") from None
     return cgroup
-
-
-def _move_pids_out(cgroup: Path, parent: Path) -> None:
-    """Move the processes still in `cgroup` to `parent` (they keep running, unthrottled: the caller
-    owns them). A pid that exits meanwhile is fine."""
-    try:
-        pids = (cgroup / "cgroup.procs").read_text().split()
-    except FileNotFoundError:
-        return
-    for pid in pids:
-        try:
-            with open(parent / "cgroup.procs", "w") as handle:
-                handle.write(pid)
-        except ProcessLookupError:
-            continue
-        except OSError as error:
-            raise ThrottleError(f"cannot move pid {pid} from {cgroup} to {parent}: {error.strerror}") from None
-
-
-def _remove_cgroup(cgroup: Path, parent: Path) -> None:
-    """Empty the cgroup into its parent and remove it; retried briefly, because a process that is
-    exiting, or a child forked while we moved its parent, can keep it busy for a moment."""
-    for _ in range(_CGROUP_RMDIR_TRIES):
-        _move_pids_out(cgroup, parent)
-        try:
-            cgroup.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as error:
-            if error.errno != errno.EBUSY:
-                raise ThrottleError(f"cannot remove the cgroup {cgroup}: {error.strerror}") from None
-        time.sleep(0.1)
-    raise ThrottleError(f"cannot remove the cgroup {cgroup}: still busy after moving its processes out")
 
 
 # --- the context manager ----------------------------------------------------------------------
@@ -335,7 +267,7 @@ class ThrottledStorage:
         _run(["mount", "-t", "ext4", "-o", "noatime", str(device), str(mount)])
         undo.callback(_unmount, mount)
         cgroup = _make_cgroup(hierarchy, self.name)
-        undo.callback(_remove_cgroup, cgroup, hierarchy.root)
+        undo.callback(remove_cgroup, cgroup, hierarchy.root)
         _write_limits(hierarchy, cgroup, major_minor, self.read_bps, self.read_iops)
         return _Setup(image, device, major_minor, mount, cgroup)
 
