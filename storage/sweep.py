@@ -9,6 +9,13 @@ with the storage load the loaders put on the storage there.
     python -m storage.sweep --benchmark flux --accelerator b200 \\
         --gin_config flux/configs/debug.gin --gin_bindings 'flux.DataConfig.data_root = "/data"' \\
         [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
+        [--client-host-memory-in-gb G]
+
+--client-host-memory-in-gb holds each point's ranks and loader workers on the host to G GiB of
+memory, page cache included (storage.Emulation.client_host_memory_in_gb: a memory cgroup, root), so
+the page cache holds no more of the dataset than a client host of that memory would; MLPerf Storage's
+5x rule is then checked against G. Each point records the host's CPU use over its timed steps and is
+flagged where the CPUs were >= 90% busy: there the client, not the storage, was the limit.
 
 Written to --out (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>):
 
@@ -48,6 +55,7 @@ SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
 # the bindings the sweep sets itself at every point; the same binding from the user would be lost
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
+CLIENT_MEMORY_BINDING = "storage.Emulation.client_host_memory_in_gb"
 LOG_TAIL_LINES = 30
 
 
@@ -74,6 +82,9 @@ class Figures:
     read_iops: float | None = None  # the loaders' read calls per second
     device_mb_per_s: float | None = None  # what the block device served
     device_read_iops: float | None = None
+    client_cpu_busy: float | None = None  # the busiest host's CPUs over the timed steps, 0-1
+    client_cpu_saturated: bool | None = None  # >= 90%: the client's CPU, not the storage, was the limit
+    page_cache_bytes: int | None = None  # what the client memory's page cache held at the end (cgroup)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +137,18 @@ def headline(figures: Sequence[Figures]) -> dict[str, Any]:
 def figures_of_report(report: Mapping[str, Any]) -> Figures:
     """An emulation.json (storage.emulation.report) as the sweep's figures."""
     storage = report.get("storage") or {}
+    hosts = report.get("hosts") or []
+    busy = [h["cpu_busy"] for h in hosts if h.get("cpu_busy") is not None]
+    caches = [(h.get("client_memory") or {}).get("cache_bytes") for h in hosts]
+    caches = [c for c in caches if c is not None]
     return Figures(accelerators=int(report["accelerators"]), au_mean=float(report["au"]["mean"]),
                    au_min=float(report["au"]["min"]), passed=bool(report["passed"]),
                    samples_per_s=report.get("samples_per_s"), mb_per_s=storage.get("mb_per_s"),
                    read_iops=storage.get("read_iops"), device_mb_per_s=storage.get("device_mb_per_s"),
-                   device_read_iops=storage.get("device_read_iops"))
+                   device_read_iops=storage.get("device_read_iops"),
+                   client_cpu_busy=max(busy) if busy else None,
+                   client_cpu_saturated=report.get("client_cpu_saturated") if busy else None,
+                   page_cache_bytes=sum(caches) if caches else None)
 
 
 def _gin_string(value: str | Path) -> str:
@@ -305,6 +323,13 @@ def _bar(threshold: float | None) -> str:
     return "n/a" if threshold is None else f"{threshold * 100:g}%"
 
 
+def _cpu(figures: Figures) -> str:
+    """The client's CPU use, marked where it was the limit."""
+    if figures.client_cpu_busy is None:
+        return "n/a"
+    return f"{figures.client_cpu_busy:.0%}" + (" (saturated)" if figures.client_cpu_saturated else "")
+
+
 def _pass(figures: Figures | None) -> str:
     return "n/a" if figures is None else ("yes" if figures.passed else "no")
 
@@ -312,14 +337,18 @@ def _pass(figures: Figures | None) -> str:
 def markdown_table(points: Sequence[Point]) -> str:
     """One row per count: our figures, then DLIO's when any point has them."""
     with_dlio = any(p.dlio is not None for p in points)
+    with_cache = any(p.figures.page_cache_bytes is not None for p in points)
     header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
-              "device IOPS"] + (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
+              "device IOPS", "client CPU"] + (["page cache MB"] if with_cache else []) + \
+        (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for point in points:
         f = point.figures
         row = [str(f.accelerators), _au(f.au_mean), _au(f.au_min), _pass(f), _number(f.samples_per_s, ",.1f"),
                _number(f.mb_per_s, ",.2f"), _number(f.read_iops, ",.0f"), _number(f.device_mb_per_s, ",.2f"),
-               _number(f.device_read_iops, ",.0f")]
+               _number(f.device_read_iops, ",.0f"), _cpu(f)]
+        if with_cache:
+            row.append(_number(None if f.page_cache_bytes is None else f.page_cache_bytes / 1e6, ",.1f"))
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
@@ -362,6 +391,13 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
              f"**Headline**: {headline_text(document['headline'], threshold)}; device "
              f"{_number(document['headline']['device_mb_per_s'], ',.2f')} MB/s, "
              f"{_number(document['headline']['device_read_iops'], ',.0f')} IOPS."]
+    saturated = [p.figures.accelerators for p in points if p.figures.client_cpu_saturated]
+    if saturated:
+        lines.append(f"\nThe client's CPUs were >= 90% busy at {', '.join(map(str, saturated))} accelerators: there the "
+                     "client host, not the storage, may have been the limit.")
+    if document.get("client_host_memory_in_gb"):
+        lines.append(f"\nEach host's ranks and loader workers held to {document['client_host_memory_in_gb']:g} GiB of "
+                     "client memory, page cache included (page cache MB: what it held at the end of the point).")
     if document["headline"]["lower_bound"]:
         lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
                      "accelerators busy (raise --max-accelerators).")
@@ -466,6 +502,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>)")
     parser.add_argument("--timeout-s", type=float, default=None, help="time limit of each point's run (and DLIO's)")
+    parser.add_argument("--client-host-memory-in-gb", type=float, default=None,
+                        help="each host's memory for the run, page cache included (GiB, as MLPerf Storage's flag): "
+                             "a memory cgroup per host (root); the 5x dataset rule is checked against it")
     parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
@@ -483,11 +522,15 @@ def check_arguments(args: argparse.Namespace) -> None:
     for config in args.gin_config:
         if not config.is_file():
             raise SweepError(f"--gin_config {config}: no such file")
+    if args.client_host_memory_in_gb is not None and not args.client_host_memory_in_gb > 0:
+        raise SweepError(f"--client-host-memory-in-gb must be > 0, got {args.client_host_memory_in_gb}")
     for binding in args.gin_bindings:
         name = binding.split("=", 1)[0].strip()
         if name in SWEEP_BINDINGS:
             raise SweepError(f"--gin_bindings {binding!r}: the sweep sets {name} itself at every point "
                              "(use --accelerator, --out, --steps)")
+        if name == CLIENT_MEMORY_BINDING and args.client_host_memory_in_gb is not None:
+            raise SweepError(f"--gin_bindings {binding!r}: give the client memory once (--client-host-memory-in-gb)")
     if args.dlio_work_dir is not None and not args.dlio:
         raise SweepError("--dlio-work-dir is only used with --dlio")
 
@@ -508,26 +551,31 @@ class Sweep:
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
         self.args, self.out = args, out
         self.gin_configs = [c.resolve() for c in args.gin_config]  # the launch runs in the repository root
+        self.gin_bindings = list(args.gin_bindings)
+        if args.client_host_memory_in_gb is not None:
+            self.gin_bindings.append(f"{CLIENT_MEMORY_BINDING} = {args.client_host_memory_in_gb!r}")
         self.dlio_root: Path | None = None
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def settings(self) -> dict[str, Any]:
         a = self.args
         return {"benchmark": a.benchmark, "accelerator": a.accelerator, "max_accelerators": a.max_accelerators,
-                "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": a.gin_bindings,
+                "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": self.gin_bindings,
+                "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "dlio": a.dlio, "out": str(self.out), "created": self.created}
 
     def measure(self, n: int) -> Point:
         a = self.args
         cmd = point_command(benchmark=a.benchmark, accelerator=a.accelerator, n=n, gin_configs=self.gin_configs,
-                            gin_bindings=a.gin_bindings, runs_root=self.out / "runs", steps=a.steps)
+                            gin_bindings=self.gin_bindings, runs_root=self.out / "runs", steps=a.steps)
         run_dir, log = self.out / "runs" / a.benchmark / f"n{n}", self.out / "runs" / f"n{n}.log"
         print(f"[sweep] {n} x {a.accelerator}: {shlex.join(cmd)}", flush=True)
         report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s)
         figures = figures_of_report(report)
         print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
               f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "
-              f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, {run['seconds']:.0f} s", flush=True)
+              f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, client CPU {_cpu(figures)}, {run['seconds']:.0f} s",
+              flush=True)
         return Point(figures=figures, au_threshold=float(report["au_threshold"]), run=run)
 
     def with_dlio(self, point: Point, n: int) -> Point:

@@ -5,9 +5,11 @@ training (the reference shapes, the per-accelerator batch, the loader settings: 
 the emulation extension (storage.emulation.extension) hands them here instead of to the build's
 model. The plan:
 
+- holds each host's ranks and loader workers to the client host memory, when one is set
+  (storage.emulation.client_host: a memory cgroup whose limit counts the page cache);
 - drops the dataset's files from the page cache first (one rank per host, the others wait), so the
   loaders read from storage; with `storage.Emulation.drop_caches` the whole host's cache too;
-- says, as MLPerf Storage does, when the dataset is under 5x the host's memory, and when the host
+- says, as MLPerf Storage does, when the dataset is under 5x the client's memory (the host's, when none is set), and when the host
   drops idle page-cache pages on its own (proactive reclaim: device bytes can then exceed the data);
 - trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
   evaluation, no learning rate, no checkpoints (the lifecycle skips them);
@@ -19,12 +21,14 @@ model. The plan:
 from __future__ import annotations
 
 import dataclasses
+import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from common.distributed.collectives import barrier, gather_objects
 from common.run.benchmark import DataPlan, RunContext, TrainingPlan
 from common.run.loop import LoopResult
+from storage.emulation.client_host import ClientHostMemory, hold_to_client_memory
 from storage.emulation.report import build_report, verdict_line, write_report
 from storage.emulation.settings import EmulatedAccelerator, Emulation
 from storage.emulation.task import EmulatedTask
@@ -57,16 +61,19 @@ def _cold_start(ctx: RunContext, settings: Emulation, data_dirs: Sequence[Path])
     return report
 
 
-def _memory_check(ctx: RunContext, data_dirs: Sequence[Path]) -> dict[str, Any] | None:
+def _memory_check(ctx: RunContext, data_dirs: Sequence[Path], client: ClientHostMemory | None) -> dict[str, Any] | None:
     if not ctx.info.is_main:
         return None
-    check = dataset_vs_memory(list(data_dirs))
+    held = client is not None and client.applied
+    check = dataset_vs_memory(list(data_dirs), client_memory_bytes=client.limit_bytes if held else None,
+                              client_memory_name=f"the client host memory ({client.gib:g} GiB)" if held else "")
     if check.warning:
         print(f"[emulate] warning: {check.warning}", flush=True)
     reclaim = reclaim_warning(find_reclaimers())
     if reclaim:
         print(f"[emulate] warning: {reclaim}", flush=True)
     return {"dataset_bytes": check.dataset_bytes, "host_memory_bytes": check.host_memory_bytes,
+            "memory_checked": "client_host_memory" if held else "host_memory",
             "warning": check.warning, "proactive_reclaim": reclaim}
 
 
@@ -85,13 +92,16 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
         description=(f"[schedule] emulating {ctx.info.world_size} x {accelerator.name}: {seconds * 1e3:,.2f} ms per "
                      f"step of {local_batch} samples ({compute['source']}); {len(schedule.windows)} window(s); "
                      f"no evaluation, no checkpoints"))
+    client = hold_to_client_memory(ctx, accelerator.settings.client_host_memory_in_gb)
     cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
-    memory = _memory_check(ctx, data.data_dirs)
+    memory = _memory_check(ctx, data.data_dirs, client)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
                         rank=ctx.info.rank, count_samples=data.count_samples)
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
-        utilisations = gather_objects(task.utilisation())
+        host = socket.gethostname()
+        utilisations = gather_objects({**task.utilisation(), "host": host, "local_rank": ctx.info.local_rank,
+                                       "client_memory": client.record() if client and ctx.info.local_rank == 0 else None})
         if not ctx.info.is_main:
             return {}, None
         report = build_report(benchmark=accelerator.row.benchmark, accelerator=accelerator.name,

@@ -6,7 +6,12 @@
      MLPerf Storage judges it), "samples_per_s",
      "storage": {mb_per_s, read_iops (the loader's read calls), device_mb_per_s, device_read_iops},
      "bytes_per_sample": {logical, unique, process (the kernel's read_bytes of the loaders), device},
-     "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes, warning, proactive_reclaim}}
+     "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes (the client
+     host memory's limit where one held), memory_checked, warning, proactive_reclaim},
+     "hosts": [{host, cpu_busy (the host's CPUs over the timed steps, 0-1), cpu_saturated,
+                client_memory: {client_host_memory_in_gb, applied, reason, cgroup, limit_bytes,
+                cache_bytes (the page cache it held at the end), peak_bytes, rss_bytes, oom_kills}}],
+     "client_cpu_saturated": any host's CPUs >= 90% busy (the client, not the storage, was the limit)}
 
 Storage rates come from the load profile of the same run (load_profile.json, written just
 before): logical bytes are what the loaders asked for, unique the distinct byte ranges, process the
@@ -18,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from storage.host.cpu_use import SATURATED
 
 REPORT_FILE = "emulation.json"
 FORMAT = "mlperf-emulation"
@@ -60,6 +67,19 @@ def storage_figures(profile: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
     return rates, per_sample
 
 
+def host_figures(utilisations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per host (its local rank 0's figures; every rank of a host sees the same CPUs)."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for u in utilisations:
+        host = u.get("host")
+        if host is None or (host in hosts and u.get("local_rank") != 0):
+            continue
+        busy = u.get("host_cpu_busy")
+        hosts[host] = {"host": host, "cpu_busy": busy, "cpu_saturated": busy is not None and busy >= SATURATED,
+                       "client_memory": u.get("client_memory")}
+    return list(hosts.values())
+
+
 def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Mapping[str, float]],
                  au_threshold: float, compute: Mapping[str, Any], profile: Mapping[str, Any] | None,
                  cold: Mapping[str, Any] | None, memory: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -69,6 +89,7 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
     # the samples trained in the timed span (the steps after the first), over that span
     samples = sum(float(u.get("samples_timed", u["samples"])) for u in utilisations)
     rates, per_sample = storage_figures(profile)
+    hosts = host_figures(utilisations)
     return {
         "format": FORMAT,
         "benchmark": benchmark,
@@ -84,6 +105,8 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
         "bytes_per_sample": per_sample,
         "cold": dict(cold) if cold else None,
         "memory": dict(memory) if memory else None,
+        "hosts": hosts,
+        "client_cpu_saturated": any(h["cpu_saturated"] for h in hosts),
     }
 
 
@@ -91,12 +114,26 @@ def _mb(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.2f}"
 
 
+def _client_text(report: Mapping[str, Any]) -> str:
+    """'; client CPU 97% busy (the limit)' and the page cache a client memory held, where known."""
+    parts = []
+    busy = [h["cpu_busy"] for h in report.get("hosts") or [] if h.get("cpu_busy") is not None]
+    if busy:
+        parts.append(f"client CPU {max(busy):.0%} busy" + (" (saturated: the CPU, not the storage, may be the limit)"
+                                                           if report.get("client_cpu_saturated") else ""))
+    held = [h["client_memory"] for h in report.get("hosts") or [] if (h.get("client_memory") or {}).get("applied")]
+    if held and held[0].get("cache_bytes") is not None:
+        parts.append(f"page cache {held[0]['cache_bytes'] / 1e6:,.1f} MB of {held[0]['limit_bytes'] / 2**30:g} GiB "
+                     "client memory")
+    return "".join(f"; {p}" for p in parts)
+
+
 def verdict_line(report: Mapping[str, Any]) -> str:
     au, s = report["au"], report["storage"]
     verdict = "PASS" if report["passed"] else "FAIL"
     return (f"[emulate] {report['accelerators']} x {report['accelerator']} ({report['benchmark']}): AU {au['mean']:.1%} "
             f"(min {au['min']:.1%}) vs {report['au_threshold']:.0%}: {verdict}; {report['samples_per_s']:,.1f} samples/s, "
-            f"{_mb(s['mb_per_s'])} MB/s asked, {_mb(s['device_mb_per_s'])} MB/s from the device")
+            f"{_mb(s['mb_per_s'])} MB/s asked, {_mb(s['device_mb_per_s'])} MB/s from the device{_client_text(report)}")
 
 
 def write_report(run_dir: Path, report: Mapping[str, Any]) -> Path:

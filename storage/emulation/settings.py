@@ -4,6 +4,7 @@ names one. The accelerator's figures come from the benchmark's compute-time tabl
 
     --gin_bindings 'common.RunConfig.emulate = "b200"'
     --gin_bindings 'storage.Emulation.seconds_per_step = 0.25'    # instead of the table's
+    --gin_bindings 'storage.Emulation.client_host_memory_in_gb = 4'  # each host caches as 4 GiB would
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ class Emulation:
     # drop the dataset's files from the page cache before the loaders start (posix_fadvise DONTNEED)
     evict_page_cache: bool = True
     drop_caches: bool = False  # also echo 3 > /proc/sys/vm/drop_caches (root only; every file on the host)
+    # MLPerf Storage's --client-host-memory-in-gb (GiB, as mlpstorage counts it): each host's ranks and
+    # loader workers run in a memory cgroup of that size, page cache included (root); 0: the host's own
+    client_host_memory_in_gb: float = 0.0
 
     def __post_init__(self) -> None:
-        require_number(self, "stdev_s", "au_threshold", minimum=0)
+        require_number(self, "stdev_s", "au_threshold", "client_host_memory_in_gb", minimum=0)
         if self.seconds_per_step is not None:
             require_number(self, "seconds_per_step", minimum=0)
         require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)

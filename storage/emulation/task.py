@@ -20,6 +20,9 @@ import numpy as np
 import torch
 
 from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
+from storage.host.cpu_use import busy_fraction, cpu_jiffies
+
+CPU_SAMPLE_S = 0.5  # /proc/stat is read at the first step's end, then at most this often
 
 SPIN_S = 0.0005  # the last part of a hold, waited on the clock rather than slept
 
@@ -48,6 +51,10 @@ class EmulatedTask:
         self.busy_s = 0.0  # compute held in the steps after the first
         self._first_end: float | None = None
         self._last_end: float | None = None
+        # the host's CPU ticks at the first step's end and at the latest sample since
+        self._cpu_first: tuple[int, int] | None = None
+        self._cpu_last: tuple[int, int] | None = None
+        self._cpu_last_at = 0.0
 
     def _draw(self) -> float:
         if self.stdev_s <= 0:
@@ -62,17 +69,24 @@ class EmulatedTask:
         self.samples += samples
         if self._first_end is None:
             self._first_end = end
+            self._cpu_first, self._cpu_last_at = cpu_jiffies(), end
         else:
             self.busy_s += held
             self.samples_timed += samples
+            if end - self._cpu_last_at >= CPU_SAMPLE_S:
+                self._cpu_last, self._cpu_last_at = cpu_jiffies(), end
         self._last_end = end
         return StepOutput(loss=torch.zeros((), dtype=torch.float64), samples=samples, compute_s=held)
 
     def utilisation(self) -> dict[str, float]:
         """This accelerator's AU and the figures behind it (steps after the first only)."""
         wall = (self._last_end - self._first_end) if self._first_end is not None else 0.0
+        cpu = None
+        if self._cpu_first is not None:
+            cpu = busy_fraction(self._cpu_first, self._cpu_last or cpu_jiffies())
         return {"au": self.busy_s / wall if wall > 0 else 0.0, "busy_s": self.busy_s, "wall_s": wall,
-                "steps": self.steps, "samples": self.samples, "samples_timed": self.samples_timed}
+                "steps": self.steps, "samples": self.samples, "samples_timed": self.samples_timed,
+                "host_cpu_busy": cpu}
 
     def evaluate(self, at: EvalPoint) -> EvalOutput:
         raise RuntimeError("an emulated accelerator has no model to evaluate; its schedule has no evaluation")

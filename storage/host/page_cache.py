@@ -333,14 +333,18 @@ def dataset_bytes(paths: Sequence[Path]) -> int:
     return total
 
 
-def dataset_vs_memory(paths: Sequence[Path], *, meminfo: Path = MEMINFO) -> MemoryCheck:
-    """The dataset under `paths` against the host's memory, with a warning when it is smaller than
-    MLPerf Storage's MEMORY_FACTOR x host memory."""
-    data, memory = dataset_bytes(paths), host_memory_bytes(meminfo)
+def dataset_vs_memory(paths: Sequence[Path], *, meminfo: Path = MEMINFO, client_memory_bytes: int | None = None,
+                      client_memory_name: str = "the client host memory") -> MemoryCheck:
+    """The dataset under `paths` against the memory that can cache it, with a warning when it is
+    smaller than MLPerf Storage's MEMORY_FACTOR x that memory: `client_memory_bytes` where the run
+    is held to a client host's memory (storage.host.client_memory), else the host's MemTotal."""
+    data = dataset_bytes(paths)
+    memory = host_memory_bytes(meminfo) if client_memory_bytes is None else client_memory_bytes
+    whose = "the host's memory" if client_memory_bytes is None else client_memory_name
     warning = None
     if data < MEMORY_FACTOR * memory:
         warning = (
-            f"the dataset is {format_bytes(data)}, less than {MEMORY_FACTOR} x the host's memory of "
+            f"the dataset is {format_bytes(data)}, less than {MEMORY_FACTOR} x {whose} of "
             f"{format_bytes(memory)} (MLPerf Storage's minimum, so that the page cache cannot hold "
             f"it): the page cache may serve reads; the files are evicted at start, but re-reads in "
             f"later epochs may hit the cache")

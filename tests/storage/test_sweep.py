@@ -4,6 +4,7 @@ config on tiny data (torchrun ranks; the DLIO one in DLIO's own env)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from storage import sweep as sweep_module
-from storage.sweep import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, headline,
+from storage.sweep import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, figures_of_report, headline,
                                     main, markdown_table, point_command, run_point, sweep_counts, write_outputs)
 from storage.dlio import replay as replay_module
 from storage.load_profile.session import write_profile
@@ -85,10 +86,35 @@ def test_non_monotonic_au_the_headline_is_the_most_accelerators_that_pass_not_th
 def test_markdown_table_rows_and_unknowns():
     lines = markdown_table([_point(1, 0.95), _point(2, 0.85)]).splitlines()
     assert lines[0] == ("| accelerators | AU mean | AU min | pass | samples/s | MB/s asked | read IOPS | device MB/s "
-                        "| device IOPS |")
-    assert lines[1] == "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    assert lines[2] == "| 1 | 95.0% | 94.0% | yes | 100.0 | 1.50 | 10 | n/a | n/a |"
-    assert lines[3] == "| 2 | 85.0% | 84.0% | no | 200.0 | 3.00 | 20 | 2.40 | n/a |"
+                        "| device IOPS | client CPU |")
+    assert lines[1] == "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    assert lines[2] == "| 1 | 95.0% | 94.0% | yes | 100.0 | 1.50 | 10 | n/a | n/a | n/a |"
+    assert lines[3] == "| 2 | 85.0% | 84.0% | no | 200.0 | 3.00 | 20 | 2.40 | n/a | n/a |"
+
+
+def test_markdown_table_flags_a_saturated_client_and_shows_the_page_cache_a_client_memory_held():
+    calm = _point(1, 0.95)
+    busy = _point(2, 0.85)
+    calm = dataclasses.replace(calm, figures=dataclasses.replace(calm.figures, client_cpu_busy=0.41,
+                                                                 client_cpu_saturated=False, page_cache_bytes=12_500_000))
+    busy = dataclasses.replace(busy, figures=dataclasses.replace(busy.figures, client_cpu_busy=0.97,
+                                                                 client_cpu_saturated=True, page_cache_bytes=None))
+    lines = markdown_table([calm, busy]).splitlines()
+    assert lines[0].endswith("| client CPU | page cache MB |")
+    assert lines[2].endswith("| 41% | 12.5 |")
+    assert lines[3].endswith("| 97% (saturated) | n/a |")
+
+
+def test_figures_of_a_report_take_the_busiest_host_and_the_page_cache_of_every_host():
+    report = {"accelerators": 4, "au": {"mean": 0.9, "min": 0.8}, "passed": True, "samples_per_s": 10.0,
+              "storage": {}, "client_cpu_saturated": True,
+              "hosts": [{"host": "a", "cpu_busy": 0.5, "client_memory": {"applied": True, "cache_bytes": 100}},
+                        {"host": "b", "cpu_busy": 0.95, "client_memory": {"applied": True, "cache_bytes": 50}}]}
+    figures = figures_of_report(report)
+    assert figures.client_cpu_busy == 0.95 and figures.client_cpu_saturated is True
+    assert figures.page_cache_bytes == 150
+    older = figures_of_report({k: v for k, v in report.items() if k not in ("hosts", "client_cpu_saturated")})
+    assert older.client_cpu_busy is None and older.client_cpu_saturated is None and older.page_cache_bytes is None
 
 
 def test_markdown_table_has_dlio_columns_only_with_dlio():
@@ -132,6 +158,9 @@ def test_the_launch_is_plain_python_for_one_rank_torchrun_for_more_and_the_sweep
     (["--max-accelerators", "0"], "--max-accelerators must be >= 1"),
     (["--timeout-s", "0"], "--timeout-s must be > 0"),
     (["--dlio-work-dir", "/tmp"], "--dlio-work-dir is only used with --dlio"),
+    (["--client-host-memory-in-gb", "0"], "--client-host-memory-in-gb must be > 0"),
+    (["--client-host-memory-in-gb", "4", "--gin_bindings", "storage.Emulation.client_host_memory_in_gb = 2"],
+     "give the client memory once"),
 ])
 def test_bad_arguments_exit_2_with_one_line_naming_the_flag(tmp_path, capsys, extra, match):
     gin = tmp_path / "a.gin"
@@ -294,3 +323,31 @@ def test_a_flux_sweep_with_dlio_replays_each_count_cold(dlio_env, flux_data_root
         assert not (Path(dlio["work_dir"]) / "data").exists()  # DLIO's data is removed after each replay
     assert saved["dlio_headline"]["accelerators"] == 2  # DLIO keeps the 5% bar easily too
     assert "| DLIO AU | DLIO pass |" in (out / "sweep.md").read_text()
+
+
+def test_the_client_memory_flag_reaches_every_point_and_the_sweep_records_it(tmp_path, monkeypatch):
+    commands = []
+
+    def fake_point(cmd, *, run_dir, log, timeout_s):
+        commands.append(cmd)
+        n = len(commands)
+        report = {"accelerators": n, "au": {"mean": 0.95 if n == 1 else 0.5, "min": 0.5}, "passed": n == 1,
+                  "au_threshold": 0.9, "samples_per_s": 1.0, "storage": {}, "client_cpu_saturated": n == 2,
+                  "hosts": [{"host": "h", "cpu_busy": 0.3 if n == 1 else 0.96,
+                             "client_memory": {"applied": True, "cache_bytes": 7_000_000}}]}
+        return report, {"run_dir": str(run_dir), "log": str(log), "command": "x", "seconds": 1.0}
+
+    monkeypatch.setattr(sweep_module, "run_point", fake_point)
+    gin = tmp_path / "a.gin"
+    gin.write_text("")
+    out = tmp_path / "out"
+    assert main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out", str(out),
+                 "--client-host-memory-in-gb", "1.5"]) == 0
+    for cmd in commands:
+        assert cmd[cmd.index("storage.Emulation.client_host_memory_in_gb = 1.5") - 1] == "--gin_bindings"
+    saved = json.loads((out / "sweep.json").read_text())
+    assert saved["client_host_memory_in_gb"] == 1.5
+    assert [p["client_cpu_saturated"] for p in saved["points"]] == [False, True]
+    table = (out / "sweep.md").read_text()
+    assert "held to 1.5 GiB of client memory" in table and "busy at 2 accelerators" in table
+    assert "| 96% (saturated) | 7.0 |" in table
