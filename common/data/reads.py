@@ -2,8 +2,11 @@
 
 A batch source calls `note_reads(path, offsets, sizes)` for the byte ranges it asks the storage
 for (a `read()` of a whole JPEG, a slice of a memory-mapped column) and `note_records(sizes)` for
-the bytes each sample amounts to. Outside `recording()` both return at once, so a source used
-on its own (tests, benchmarks) pays one global lookup per call. `common.data.loader` builds every
+the bytes each sample amounts to (`note_array_reads` / `note_arrays_reads` for rows of memory-mapped
+`.npy` columns). Outside `recording()` they return at once, so a source used on its own (tests,
+benchmarks) pays one global lookup per call; inside, a call is only noted, and the batch's calls
+are counted together when the batch is done (a source that reads many small pieces hands them
+over per file and batch, as FLUX's reader does, rather than one call per piece). `common.data.loader` builds every
 batch inside `recording()` and ships the resulting `BatchReads` with the batch, from the loader
 worker that built it to the trainer, where `storage.load_profile.LoadProfiler` adds it up.
 
@@ -11,18 +14,20 @@ Access order is judged per process and per file: a read is sequential when it st
 previous read of that file in this process ended. A process's first read of a file is counted
 apart (a whole-file read of a JPEG is neither).
 
-Each batch also carries the byte ranges it touched, merged per file (`BatchReads.ranges`), so the
-profiler can tell the distinct bytes a run needs from the bytes it asked for.
+Each batch also carries the byte ranges it touched (`BatchReads.ranges`, not yet merged: the
+profiler merges them in bulk, which costs less per range than a sort per batch), so the profiler
+can tell the distinct bytes a run needs from the bytes it asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -40,15 +45,49 @@ def size_histogram(sizes: np.ndarray) -> np.ndarray:
     return np.bincount(np.minimum(buckets, SIZE_BUCKETS - 1), minlength=SIZE_BUCKETS)
 
 
+class _ProcFile:
+    """A /proc file read once or twice a batch: kept open and re-read with pread (an open and close
+    cost several times the read); closed when its owner (a thread's local storage) goes."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.pid = os.getpid()  # after a fork, a file opened through /proc/self still describes the parent
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, 4096, 0)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+_proc_files = threading.local()  # per thread: path -> _ProcFile
+
+
+def _read_proc(path: str) -> bytes | None:
+    """The content of /proc/self/... or /proc/thread-self/... `path` for the calling thread, or None."""
+    files = _proc_files.__dict__.setdefault("files", {})
+    handle = files.get(path)
+    try:
+        if handle is None or handle.pid != os.getpid():
+            handle = files[path] = _ProcFile(path)
+        return handle.read()
+    except OSError:
+        files.pop(path, None)
+        return None
+
+
 def process_io() -> tuple[int, int] | None:
     """(rchar, read_bytes) of this process from /proc/self/io: bytes its read calls returned, and
     bytes it made the kernel fetch from storage (page-cache hits and mmap faults served from the
     cache count in neither the second). None where /proc/self/io cannot be read."""
+    text = _read_proc("/proc/self/io")
+    if text is None:
+        return None
     try:
-        with open("/proc/self/io", "rb") as handle:
-            fields = dict(line.split(b":", 1) for line in handle.read().splitlines() if b":" in line)
+        fields = dict(line.split(b":", 1) for line in text.splitlines() if b":" in line)
         return int(fields[b"rchar"]), int(fields[b"read_bytes"])
-    except (OSError, KeyError, ValueError):
+    except (KeyError, ValueError):
         return None
 
 
@@ -56,11 +95,13 @@ def thread_busy_ns() -> int | None:
     """Nanoseconds this thread has run or waited for a CPU (/proc/thread-self/schedstat: on-CPU
     plus run-queue time). Wall time beyond it is time the thread slept: for a loader building a
     batch, mostly waiting for storage (a read, a page fault on a mapping). None where unreadable."""
+    text = _read_proc("/proc/thread-self/schedstat")
+    if text is None:
+        return None
     try:
-        with open("/proc/thread-self/schedstat", "rb") as handle:
-            on_cpu, run_queue = handle.read().split()[:2]
+        on_cpu, run_queue = text.split()[:2]
         return int(on_cpu) + int(run_queue)
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 
@@ -88,7 +129,7 @@ class BatchReads:
     random: int
     first_touch: int  # reads that opened a file this process had not read before
     new_files: list[str]
-    ranges: ByteRanges  # the byte ranges read, merged per file within this batch
+    ranges: ByteRanges  # the byte ranges read (merged by whoever reads the union)
     build_s: float
     busy_s: float | None  # of build_s, the time the thread ran or was runnable (None: not measurable)
     pid: int
@@ -105,34 +146,76 @@ def with_files_of(index: BatchReads, batch: BatchReads) -> BatchReads:
 
 
 class _Recorder:
+    """One batch's reads. Each call is only noted (path, first rows or offsets, lengths, and how rows
+    map to bytes); `finish` turns all of a batch's calls into counts, the size histogram and the
+    ranges in one vectorised pass, in the order the calls were made. Working per call, numpy's fixed
+    cost (microseconds per operation) would be most of the recording's cost."""
+
     def __init__(self) -> None:
         self.records: list[np.ndarray] = []
         self.read_count = self.read_bytes = self.sequential = self.random = self.first_touch = 0
         self.read_sizes = np.zeros(SIZE_BUCKETS, dtype=np.int64)
         self.new_files: list[str] = []
         self.ranges = ByteRanges()
+        # (path, starts, lengths, base, unit): reads at base + starts * unit of lengths * unit bytes;
+        # starts an int64 array (or an int: one read), lengths one like it or a single int for all
+        self._calls: list[tuple[str, Any, Any, int, int]] = []
 
-    def reads(self, path: str, offsets: np.ndarray, sizes: np.ndarray) -> None:
+    def reads(self, path: str, offsets, sizes, *, base: int = 0, unit: int = 1) -> None:
+        if isinstance(offsets, (int, np.integer)):
+            self._calls.append((path, int(offsets), int(sizes), base, unit))
+            return
         offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-        sizes = np.broadcast_to(np.asarray(sizes, dtype=np.int64), offsets.shape)
         if offsets.size == 0:
             return
-        ends = offsets + sizes
-        previous_end = _LAST_END.get(path)
-        if previous_end is None:
-            self.first_touch += 1
-            self.new_files.append(path)
-            sequential = int(np.count_nonzero(offsets[1:] == ends[:-1]))
-            self.random += offsets.size - 1 - sequential
+        if not isinstance(sizes, (int, np.integer)):
+            sizes = np.asarray(sizes, dtype=np.int64)
+            sizes = int(sizes) if sizes.ndim == 0 else sizes.reshape(-1)
+        self._calls.append((path, offsets, sizes, base, unit))
+
+    def finish(self) -> None:
+        """Counts, histogram and ranges of the batch's calls. A read is sequential when it starts where
+        the previous read of its file (in this process) ended; a process's first read of a file is
+        neither."""
+        calls, self._calls = self._calls, []
+        if not calls:
+            return
+        counts = [1 if isinstance(c[1], int) else c[1].size for c in calls]
+        starts = np.concatenate([(c[1],) if isinstance(c[1], int) else c[1] for c in calls]).astype(np.int64, copy=False)
+        lengths = np.concatenate([np.full(n, c[2], dtype=np.int64) if isinstance(c[2], int) else c[2]
+                                  for c, n in zip(calls, counts, strict=True)]).astype(np.int64, copy=False)
+        if all(c[3] == 0 and c[4] == 1 for c in calls):
+            offsets, sizes = starts, lengths
         else:
-            sequential = int(offsets[0] == previous_end) + int(np.count_nonzero(offsets[1:] == ends[:-1]))
-            self.random += offsets.size - sequential
-        self.sequential += sequential
-        _LAST_END[path] = int(ends[-1])
-        self.read_count += offsets.size
+            unit = np.repeat(np.asarray([c[4] for c in calls], dtype=np.int64), counts)
+            offsets = np.repeat(np.asarray([c[3] for c in calls], dtype=np.int64), counts) + starts * unit
+            sizes = lengths * unit
+        ends = offsets + sizes
+        total = offsets.size
+        first = np.cumsum([0, *counts[:-1]])
+        follows = np.zeros(total, dtype=bool)  # starts where the read before it (same call) ended
+        follows[1:] = offsets[1:] == ends[:-1]
+        follows[first] = False
+        inner = int(np.count_nonzero(follows))
+        self.sequential += inner
+        self.random += total - len(calls) - inner
+        heads, tails = offsets[first].tolist(), ends[first + np.asarray(counts) - 1].tolist()
+        for (path, *_), head, tail in zip(calls, heads, tails, strict=True):
+            previous_end = _LAST_END.get(path)
+            if previous_end is None:
+                self.first_touch += 1
+                self.new_files.append(path)
+            elif head == previous_end:
+                self.sequential += 1
+            else:
+                self.random += 1
+            _LAST_END[path] = tail
+        self.read_count += total
         self.read_bytes += int(sizes.sum())
         self.read_sizes += size_histogram(sizes)
-        self.ranges.add(path, offsets, ends)
+        path_ids: dict[str, int] = {}
+        call_files = [path_ids.setdefault(c[0], len(path_ids)) for c in calls]
+        self.ranges.add_ids(list(path_ids), np.repeat(np.asarray(call_files, dtype=np.int64), counts), offsets, ends)
 
 
 _LAST_END: dict[str, int] = {}  # per process: where the last read of each file ended
@@ -166,15 +249,33 @@ def is_recording() -> bool:
 
 def note_array_reads(array: np.ndarray, starts, counts) -> None:
     """Reads of rows [starts[i], starts[i] + counts[i]) of a memory-mapped `.npy` array (np.load with
-    mmap_mode); an array held in memory is not storage and is not recorded."""
-    path = getattr(array, "filename", None)
-    if path is None or _active() is None:
+    mmap_mode); an array held in memory is not storage and is not recorded. `counts` may be one
+    number for all rows."""
+    note_arrays_reads([array], starts, counts)
+
+
+def note_arrays_reads(arrays: Sequence[np.ndarray], starts, counts) -> None:
+    """note_array_reads() of the same rows of several arrays (the columns of one table)."""
+    recorder = _active()
+    if recorder is None:
         return
-    row_bytes = array.itemsize * (int(np.prod(array.shape[1:])) if array.ndim > 1 else 1)
     starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-    counts = np.broadcast_to(np.asarray(counts, dtype=np.int64), starts.shape)
-    keep = counts > 0
-    note_reads(path, int(array.offset) + starts[keep] * row_bytes, counts[keep] * row_bytes)
+    if isinstance(counts, (int, np.integer)):
+        if counts <= 0:
+            return
+        counts = int(counts)
+    else:
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if counts.shape != starts.shape:
+            counts = np.broadcast_to(counts, starts.shape)
+        keep = counts > 0
+        if not keep.all():
+            starts, counts = starts[keep], counts[keep]
+    for array in arrays:
+        path = getattr(array, "filename", None)
+        if path is not None:
+            recorder.reads(str(path), starts, counts, base=int(array.offset),
+                           unit=array.itemsize * math.prod(array.shape[1:]))
 
 
 def note_records(sizes) -> None:
@@ -201,11 +302,12 @@ def recording() -> Iterator[list[BatchReads]]:
         _state.recorder = outer
     build_s = time.perf_counter() - t0
     busy1 = thread_busy_ns()
+    recorder.finish()
     records = np.concatenate(recorder.records) if recorder.records else np.zeros(0, dtype=np.int64)
     out.append(BatchReads(
         records=records, read_count=recorder.read_count, read_bytes=recorder.read_bytes,
         read_sizes=recorder.read_sizes, sequential=recorder.sequential, random=recorder.random,
-        first_touch=recorder.first_touch, new_files=recorder.new_files, ranges=recorder.ranges.compact(),
+        first_touch=recorder.first_touch, new_files=recorder.new_files, ranges=recorder.ranges,
         build_s=build_s, busy_s=None if busy0 is None or busy1 is None else min((busy1 - busy0) / 1e9, build_s),
         pid=os.getpid(), io=process_io(),
     ))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
-from common.data.reads import is_recording, note_array_reads, note_records
+from common.data.reads import is_recording, note_array_reads, note_arrays_reads, note_records
 from recommendation_v4.data import features, hashing, schema
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.batch import HSTUBatch
@@ -243,13 +243,11 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
         events' columns, each sample's history read as one range per column from its first row."""
         events = self.data.events
         note_array_reads(self.anchors, np.asarray(indices, dtype=np.int64), 1)
-        for column in ANCHOR_EVENT_COLUMNS:
-            note_array_reads(events[column], rows, 1)
+        note_arrays_reads([events[column] for column in ANCHOR_EVENT_COLUMNS], rows, 1)
         first = np.zeros(lengths.shape, dtype=np.int64)
         has = lengths > 0
         first[has] = history_rows[(np.cumsum(lengths) - lengths)[has]]
-        for column in HISTORY_EVENT_COLUMNS:
-            note_array_reads(events[column], first, lengths)
+        note_arrays_reads([events[column] for column in HISTORY_EVENT_COLUMNS], first, lengths)
         note_records(self.bytes_per_sample(lengths))
 
     def bytes_per_sample(self, history_lengths: np.ndarray) -> np.ndarray:

@@ -10,8 +10,10 @@ import pytest
 
 from common.data.reads import (
     SIZE_BUCKETS,
+    forget_access_history,
     is_recording,
     note_array_reads,
+    note_arrays_reads,
     note_reads,
     note_records,
     recording,
@@ -57,6 +59,64 @@ def test_memory_mapped_rows_are_read_at_their_file_offsets(tmp_path):
     assert r.sequential == 1  # row 11 starts where row 10 ended
     header = mapped.offset
     assert header == 128 and r.new_files == [str(path)]
+
+
+def _read_by_read(reads: list[tuple[str, int, int]], last_end: dict[str, int]) -> dict[str, int]:
+    """The model: every read judged on its own, in order, against where the last read of its file ended."""
+    out = {"first_touch": 0, "sequential": 0, "random": 0, "read_count": len(reads),
+           "read_bytes": sum(size for _, _, size in reads)}
+    for path, offset, size in reads:
+        previous = last_end.get(path)
+        out["first_touch" if previous is None else "sequential" if offset == previous else "random"] += 1
+        last_end[path] = offset + size
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_of_mixed_calls_counts_as_if_every_read_were_judged_on_its_own(tmp_path, seed):
+    """Single reads, arrays with one size or one each, and array rows through note_arrays_reads, over
+    three files and two batches (the second continues where the first left each file)."""
+    rng = np.random.default_rng(seed)
+    files = [str(tmp_path / name) for name in "abc"]
+    columns = []
+    for name in ("u", "v"):
+        np.save(tmp_path / f"{name}.npy", np.zeros((64, 3), dtype=np.int16))
+        columns.append(np.load(tmp_path / f"{name}.npy", mmap_mode="r"))
+    forget_access_history()
+    last_end: dict[str, int] = {}
+    for _ in range(2):
+        expected: list[tuple[str, int, int]] = []
+        with recording() as out:
+            for _ in range(12):
+                kind, path = int(rng.integers(4)), files[int(rng.integers(3))]
+                if kind == 0:
+                    offset, size = int(rng.integers(0, 50)), int(rng.integers(0, 20))
+                    note_reads(path, offset, size)
+                    expected.append((path, offset, size))
+                elif kind == 1:
+                    offsets, size = rng.integers(0, 50, int(rng.integers(1, 6))), int(rng.integers(1, 20))
+                    offsets[1:][rng.random(offsets.size - 1) < 0.5] = -1  # some continue the read before
+                    for i in range(1, offsets.size):
+                        offsets[i] = offsets[i - 1] + size if offsets[i] < 0 else offsets[i]
+                    note_reads(path, offsets, size)
+                    expected += [(path, int(o), size) for o in offsets]
+                elif kind == 2:
+                    offsets, sizes = rng.integers(0, 50, 4), rng.integers(0, 9, 4)
+                    note_reads(path, offsets, sizes)
+                    expected += [(path, int(o), int(z)) for o, z in zip(offsets, sizes)]
+                else:
+                    rows, counts = rng.integers(0, 60, 3), rng.integers(0, 4, 3)
+                    note_arrays_reads(columns, rows, counts)
+                    for column in columns:
+                        row_bytes = column.itemsize * 3
+                        expected += [(str(column.filename), int(column.offset) + int(r) * row_bytes, int(c) * row_bytes)
+                                     for r, c in zip(rows, counts) if c > 0]
+        r = out[0]
+        model = _read_by_read(expected, last_end)
+        assert {k: getattr(r, k) for k in model} == model
+        assert r.read_sizes.tolist() == size_histogram(np.array([z for *_, z in expected] or [0])[: len(expected)]).tolist()
+        truth = {(p, b) for p, o, z in expected for b in range(o, o + z)}
+        assert r.ranges.unique_bytes() == len(truth)
 
 
 def test_threads_record_separately():
