@@ -126,6 +126,22 @@ def _make_image(image: Path, size_mb: int) -> None:
         raise ThrottleError(f"cannot create the image {image}: {error.strerror}") from None
 
 
+def _attach(image: Path) -> tuple[Path, bool]:
+    """The loop device over `image`, with direct I/O on the image where its file system allows it
+    (then the loop device's reads reach the disk under the image, not that disk's page cache: a
+    second cache, outside any cgroup, would serve re-reads at memory speed); (device, direct)."""
+    try:
+        device = Path(_run(["losetup", "-f", "--show", "--direct-io=on", str(image)]).strip())
+    except ThrottleError:
+        return Path(_run(["losetup", "-f", "--show", str(image)]).strip()), False
+    # losetup attaches the device even where the image's file system refuses direct I/O (a warning)
+    try:
+        direct = (Path("/sys/block") / device.name / "loop" / "dio").read_text().strip() == "1"
+    except OSError:
+        direct = False
+    return device, direct
+
+
 def _major_minor(device: Path) -> str:
     """"MAJ:MIN" of a block device, as the cgroup files name devices."""
     rdev = os.stat(device).st_rdev
@@ -236,6 +252,7 @@ class ThrottledStorage:
         self.name = f"mlperf-throttle-{os.getpid()}-{secrets.token_hex(4)}"
         self._setup: _Setup | None = None
         self._teardown: contextlib.ExitStack | None = None
+        self.direct_io: bool | None = None  # whether the loop device reads the image with direct I/O
 
     def __enter__(self) -> ThrottledStorage:
         if self._setup is not None:
@@ -255,7 +272,7 @@ class ThrottledStorage:
         image = self.work_dir / f"{self.name}.img"
         _make_image(image, self.size_mb)
         undo.callback(_remove_file, image)
-        device = Path(_run(["losetup", "-f", "--show", str(image)]).strip())
+        device, self.direct_io = _attach(image)
         undo.callback(_run, ["losetup", "-d", str(device)])
         major_minor = _major_minor(device)
         # 4 KiB blocks whatever the size (mke2fs picks 1 KiB for small ones); no blocks reserved for root

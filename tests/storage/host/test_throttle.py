@@ -71,6 +71,10 @@ def test_reads_through_wrap_are_limited_to_read_bps_and_teardown_leaves_nothing(
     with ThrottledStorage(tmp_path, size_mb=48, read_bps=4 * MIB, read_iops=None) as storage:
         assert storage.mount == tmp_path / "mnt" and os.path.ismount(storage.mount)
         assert storage.device.startswith("loop") and storage.major_minor.count(":") == 1
+        # the loop device reads its image with direct I/O (here, where the image's file system allows
+        # it): no second page cache, outside every cgroup, under the device being measured
+        assert storage.direct_io is True
+        assert (Path("/sys/block") / storage.device / "loop" / "dio").read_text().strip() == "1"
         data = storage.mount / "data.bin"
         data.write_bytes(os.urandom(12 * MIB))
         os.sync()
