@@ -134,6 +134,19 @@ def _running(pid: int) -> bool:
     return True
 
 
+def _ancestors(pid: int) -> set[int]:
+    """The pids above `pid` (its parent, the parent's parent, ...), from /proc."""
+    found: set[int] = set()
+    while pid > 1 and pid not in found:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            break
+        pid = int(fields[1])
+        found.add(pid)
+    return found
+
+
 def restore_left_paused(prefix: str, *, record: Path = RECORD) -> list[str]:
     """Switches back on what a killed storage script left paused (its record), says so on stdout
     with `prefix`, and removes the record; the names switched back on."""
@@ -146,7 +159,9 @@ def restore_left_paused(prefix: str, *, record: Path = RECORD) -> list[str]:
         print(f"{prefix} warning: {record} is unreadable ({error}): a killed storage script may have left the "
               "host's proactive reclaim off; check it by hand", flush=True)
         return []
-    if owner != os.getpid() and _running(owner):
+    if owner == os.getpid() or owner in _ancestors(os.getpid()):
+        return []  # paused by this run itself (a storage script around its sweep): nothing to say
+    if _running(owner):
         print(f"{prefix} warning: process {owner}, still running, has the host's proactive reclaim paused "
               f"({record}); storage measurements at the same time disturb each other", flush=True)
         return []

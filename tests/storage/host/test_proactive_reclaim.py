@@ -167,3 +167,15 @@ def test_a_pause_whose_script_still_runs_is_left_alone(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         assert restore_left_paused("[next]", record=record) == ["DAMON kdamond 0 (pid 77)"]  # its owner is gone
     assert (kdamond / "state").read_text().strip() == "on" and not record.exists()
+
+
+def test_a_pause_held_by_a_parent_of_this_process_is_its_own_run_and_not_warned_about(tmp_path):
+    kdamond = _kdamond(tmp_path / "sys", 0)
+    record = tmp_path / "record.json"
+    (kdamond / "state").write_text("off\n")
+    record.write_text(json.dumps({"pid": os.getppid(), "switches": [
+        {"name": "DAMON kdamond 0 (pid 77)", "switch": str(kdamond / "state"), "on": "on", "off": "off"}]}))
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert restore_left_paused("[sweep]", record=record) == []
+    assert said.getvalue() == ""  # the knee script pausing around its own sweep
+    assert (kdamond / "state").read_text().strip() == "off" and record.is_file()
