@@ -3,24 +3,29 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/storage_knee.py --benchmark flux [--read-mbps 6] [--seconds-per-step 0.4]
         [--batch 16] [--steps 16] [--max-accelerators 16] [--workers 2] [--no-dlio] [--out DIR]
-        [--gin_bindings B ...] [--keep-reclaim]
+        [--gin_bindings B ...] [--keep-reclaim] [--client-host-memory-in-gb G] [--dataset DIR]
 
 (A script, not a module of common/: it names the three benchmarks' debug configs.)
 
 1. An ext4 file system on a loop device (storage.host.throttle.ThrottledStorage), read-limited
    to --read-mbps MiB/s for the processes of its cgroup.
 2. The benchmark's debug dataset written onto it by one short emulated run outside the cgroup
-   (the trainers generate what is missing), so the sweep's first point is not also a generator.
+   (the trainers generate what is missing), so the sweep's first point is not also a generator;
+   or, with --dataset, a dataset made beforehand (e.g. one of 5x the client memory) copied there,
+   under its own folder name (bind the trainer's dataset name to it).
 3. `python -m storage.sweep` inside the cgroup: 1, 2, 4, ... emulated accelerators, each
    run evicting the dataset from the page cache first, each rank sleeping --seconds-per-step per
    step of --batch samples; with DLIO 2.0.0 replaying every point on the same device, its data
-   evicted before it trains. The table and the headlines are the sweep's (sweep.md, sweep.json,
-   sweep.png under --out).
+   evicted before it trains. With --client-host-memory-in-gb each point's ranks and loader workers
+   are held to that much memory, page cache included (a memory cgroup: storage.sweep's flag), so
+   that the page cache cannot hold more of the data than such a client would. The table and the
+   headlines are the sweep's (sweep.md, sweep.json, sweep.png under --out).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-dlio", action="store_true", help="our sweep only")
     parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="default runs/storage_knee/<benchmark>_<time>")
+    parser.add_argument("--client-host-memory-in-gb", type=float, default=None,
+                        help="each point's memory, page cache included (storage.sweep's flag)")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="a dataset folder to copy onto the device instead of writing the debug one")
     parser.add_argument("--keep-reclaim", action="store_true",
                         help="leave the host's proactive reclaim (DAMON pageout) running; by default it is paused "
                              "for the sweep and switched back on after")
@@ -98,12 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with paused_for_storage_runs("[knee]", keep=args.keep_reclaim), \
             ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
-        _write_dataset(args, disk.mount, out)
+        if args.dataset is not None:
+            print(f"[knee] copying {args.dataset} onto the device", flush=True)
+            shutil.copytree(args.dataset, disk.mount / args.dataset.name)
+        else:
+            _write_dataset(args, disk.mount, out)
         sweep = [sys.executable, "-m", "storage.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
                  *_gin_flags(args, disk.mount), "--steps", str(args.steps),
                  "--max-accelerators", str(args.max_accelerators), "--out", str(out / "sweep")]
         if not args.no_dlio:
             sweep += ["--dlio", "--dlio-work-dir", str(disk.mount / "dlio")]
+        if args.client_host_memory_in_gb is not None:
+            sweep += ["--client-host-memory-in-gb", str(args.client_host_memory_in_gb)]
         print(f"[knee] {disk.device} read-limited to {args.read_mbps} MiB/s; sweeping in its cgroup", flush=True)
         code = subprocess.run(disk.wrap(sweep), cwd=REPO).returncode
     return code
