@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
 import io
+import os
 import pickle
 import signal
 import threading
@@ -154,6 +156,33 @@ def _identity(batch: Any) -> Any:
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
+# The trainer that is starting loader workers from its main thread (read in the forked worker): a
+# worker's death signal fires when the *thread* that forked it ends, so only then is it the process.
+_FORKING_TRAINER: int | None = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_trainer() -> None:
+    """A worker whose trainer is killed outright (SIGKILL, the OOM killer) gets SIGKILL too, rather
+    than living on with its shared memory and open files (and its cgroup: see storage.host)."""
+    trainer = _FORKING_TRAINER
+    if trainer is None:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return  # not Linux: workers notice a dead trainer on their next queue operation
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != trainer:  # the trainer was gone before the line above took effect
+        os._exit(0)
+
+
+def _start_worker(worker_id: int) -> None:
+    _ignore_preemption_signals(worker_id)
+    _die_with_the_trainer()
+
+
 def _ignore_preemption_signals(worker_id: int) -> None:
     """Loader workers leave a preemption notice to the trainer, which saves and stops them.
 
@@ -165,6 +194,20 @@ def _ignore_preemption_signals(worker_id: int) -> None:
     for signum in PREEMPTION_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
+
+
+@contextlib.contextmanager
+def _forking_trainer() -> Iterator[None]:
+    """Marks workers forked inside as ones that die with this process (main thread only)."""
+    global _FORKING_TRAINER
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _FORKING_TRAINER = os.getpid()
+    try:
+        yield
+    finally:
+        _FORKING_TRAINER = None
 
 
 @contextlib.contextmanager
@@ -229,7 +272,7 @@ class StreamingLoader:
             persistent_workers=num_workers > 0,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
             generator=torch.Generator().manual_seed(seed),
-            worker_init_fn=_ignore_preemption_signals if num_workers > 0 else None,
+            worker_init_fn=_start_worker if num_workers > 0 else None,
         )
         # the windows handed out and not finished: each may hold the workers' iterator (see close)
         self._windows: weakref.WeakSet = weakref.WeakSet()
@@ -291,7 +334,7 @@ class StreamingLoader:
             return
         rest = prepared.batches[skip + 1 :]
         self._sampler.batches = rest
-        with _preemption_signals_blocked():  # the first pass starts the persistent workers
+        with _preemption_signals_blocked(), _forking_trainer():  # the first pass starts the persistent workers
             workers = iter(self._loader) if rest else iter(())
         self.boundary_waits[key] = time.perf_counter() - t0
         if next_key is not None:

@@ -1,7 +1,10 @@
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,3 +183,51 @@ def test_a_window_index_read_from_storage_is_named_by_the_windows_first_batch(tm
     assert [f for f in first.new_files if f.endswith("order.npy")] == [str(tmp_path / "order.npy")]
     assert first.read_count == 8 and first.read_bytes == 8 * 10 and len(first.new_files) == 8 + 1
     assert len(rest) == 2 and all(r.read_count == 8 and len(r.new_files) == 8 for r in rest)
+
+
+_KILLED_TRAINER = """
+import os, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from common.data.loader import StreamingLoader
+
+class Source:
+    def get_batch(self, indices):  # 4 MB a batch: the workers' result pipes fill while the trainer sleeps
+        return np.zeros(1 << 19), os.getpid()
+
+loader = StreamingLoader(source=Source(), build_window=lambda key: [np.arange(3)] * 50, num_workers=2)
+window = loader.iterate(0)
+pids = {pid for _, (_, pid) in (next(window) for _ in range(4))} - {os.getpid()}
+print(" ".join(map(str, sorted(pids))), flush=True)
+time.sleep(60)
+"""
+
+
+def test_workers_die_with_a_trainer_killed_outright(tmp_path):
+    """SIGKILL of the trainer alone (not its group), as the OOM killer or `kill -9 PID` does: its
+    loader workers must not live on holding its shared memory and files. Workers with batches still
+    to hand over are the ones torch's own check misses: they see the trainer gone, stop, and then
+    wait forever to finish writing into a pipe nobody reads."""
+    script = tmp_path / "trainer.py"
+    script.write_text(_KILLED_TRAINER)
+    repo = str(Path(__file__).resolve().parents[3])
+    trainer = subprocess.Popen([sys.executable, str(script), repo], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in trainer.stdout.readline().split()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        trainer.kill()
+        trainer.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in workers), workers
+    finally:
+        trainer.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
