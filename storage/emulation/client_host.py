@@ -56,10 +56,11 @@ class ClientHostMemory:
 
 def _start_keeper(cgroup: ClientMemoryCgroup, setting: str) -> None:
     """The keeper runs outside the cgroup (started before this process joins) and in its own
-    session, so that a signal to the run's process group leaves it to remove the cgroup after."""
+    session, so that a signal to the run's process group leaves it to remove the cgroup after. It
+    writes only its OOM line, to the run's stderr."""
     subprocess.Popen([sys.executable, "-m", "storage.host.client_memory_keeper", str(cgroup.path),
                       str(cgroup.version), str(cgroup.parent), str(os.getpid()), str(cgroup.limit_bytes), setting],
-                     stdin=subprocess.DEVNULL, start_new_session=True)
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
 def _make(gib: float, setting: str) -> tuple[ClientMemoryCgroup | None, str | None]:

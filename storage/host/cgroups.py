@@ -43,6 +43,13 @@ def v2_controllers(root: Path) -> set[str]:
         return set()
 
 
+def no_controller(found: list[tuple[str, Path, set[str]]], mounts: Path, *, v1: str, v2: str) -> str:
+    """Why neither hierarchy offers a controller: 'no cgroup v1 <v1> mount in ... and ...'."""
+    unified = [str(point) for kind, point, _ in found if kind == "cgroup2"]
+    where = f"cgroup2 at {', '.join(unified)} has no {v2} controller" if unified else "no cgroup2 mount"
+    return f"no cgroup v1 {v1} mount in {mounts} and {where}"
+
+
 def write(path: Path, text: str) -> None:
     """One write of `text` into a cgroup file (the kernel takes each write as one command)."""
     try:

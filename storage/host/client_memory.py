@@ -26,7 +26,8 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
-from storage.host.cgroups import MOUNTS, CgroupError, cgroup_mounts, remove_cgroup, v2_controllers, write
+from storage.host.cgroups import (MOUNTS, CgroupError, cgroup_mounts, no_controller, remove_cgroup, v2_controllers,
+                                   write)
 
 GIB = 1 << 30  # mlpstorage turns --client-host-memory-in-gb into bytes with 1024**3
 PREFIX = "mlperf-client-memory"
@@ -78,9 +79,7 @@ def find_hierarchy(mounts: Path = MOUNTS, self_cgroup: Path = SELF_CGROUP) -> Me
     for kind, point, _ in found:
         if kind == "cgroup2" and "memory" in v2_controllers(point):
             return MemoryHierarchy(2, point, point)
-    v2 = [str(point) for kind, point, _ in found if kind == "cgroup2"]
-    where = f"cgroup2 at {', '.join(v2)} has no memory controller" if v2 else "no cgroup2 mount"
-    raise ClientMemoryUnavailable(f"no memory cgroup: no cgroup v1 memory mount in {mounts} and {where}")
+    raise ClientMemoryUnavailable(f"no memory cgroup: {no_controller(found, mounts, v1='memory', v2='memory')}")
 
 
 def unavailable_reason() -> str | None:

@@ -22,7 +22,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from storage.host.cgroups import MOUNTS, CgroupError, cgroup_mounts, remove_cgroup, v2_controllers, write
+from storage.host.cgroups import (MOUNTS, CgroupError, cgroup_mounts, no_controller, remove_cgroup, v2_controllers,
+                                   write)
 
 
 LOOP_CONTROL = Path("/dev/loop-control")
@@ -82,9 +83,7 @@ def _find_hierarchy(mounts: Path = MOUNTS) -> _Hierarchy:
 
 
 def _no_hierarchy(cgroup_mounts: list[tuple[str, Path, set[str]]], mounts: Path) -> _Hierarchy:
-    v2 = [str(point) for kind, point, _ in cgroup_mounts if kind == "cgroup2"]
-    where = f"cgroup2 at {', '.join(v2)} has no io controller" if v2 else "no cgroup2 mount"
-    raise ThrottleUnavailable(f"no cgroup to throttle reads: no cgroup v1 blkio mount in {mounts} and {where}")
+    raise ThrottleUnavailable(f"no cgroup to throttle reads: {no_controller(cgroup_mounts, mounts, v1='blkio', v2='io')}")
 
 
 def throttle_unavailable_reason() -> str | None:
