@@ -8,7 +8,9 @@ microseconds. What the step reports as its compute is the time it held, measured
 accelerator utilisation (AU) is computed from what happened, not from what was asked.
 
 AU is MLPerf Storage's (DLIO's): the compute time of the steps after the first over the wall
-time from the end of the first step to the end of the last, per accelerator.
+time from the end of the first step to the end of the last, per accelerator. Over the same span
+the host's CPU use is sampled (/proc/stat, at most every CPU_SAMPLE_S), to tell a client whose CPU
+was the limit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ import torch
 
 from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from storage.host.cpu_use import busy_fraction, cpu_jiffies
+
+
+def _cpu_now() -> tuple[int, int] | None:
+    try:
+        return cpu_jiffies()
+    except (OSError, ValueError):  # no /proc/stat: the CPU use is not known, the run goes on
+        return None
 
 CPU_SAMPLE_S = 0.5  # /proc/stat is read at the first step's end, then at most this often
 
@@ -69,12 +78,12 @@ class EmulatedTask:
         self.samples += samples
         if self._first_end is None:
             self._first_end = end
-            self._cpu_first, self._cpu_last_at = cpu_jiffies(), end
+            self._cpu_first, self._cpu_last_at = _cpu_now(), end
         else:
             self.busy_s += held
             self.samples_timed += samples
             if end - self._cpu_last_at >= CPU_SAMPLE_S:
-                self._cpu_last, self._cpu_last_at = cpu_jiffies(), end
+                self._cpu_last, self._cpu_last_at = _cpu_now(), end
         self._last_end = end
         return StepOutput(loss=torch.zeros((), dtype=torch.float64), samples=samples, compute_s=held)
 
@@ -82,8 +91,9 @@ class EmulatedTask:
         """This accelerator's AU and the figures behind it (steps after the first only)."""
         wall = (self._last_end - self._first_end) if self._first_end is not None else 0.0
         cpu = None
-        if self._cpu_first is not None:
-            cpu = busy_fraction(self._cpu_first, self._cpu_last or cpu_jiffies())
+        last = self._cpu_last or _cpu_now()
+        if self._cpu_first is not None and last is not None:
+            cpu = busy_fraction(self._cpu_first, last)
         return {"au": self.busy_s / wall if wall > 0 else 0.0, "busy_s": self.busy_s, "wall_s": wall,
                 "steps": self.steps, "samples": self.samples, "samples_timed": self.samples_timed,
                 "host_cpu_busy": cpu}

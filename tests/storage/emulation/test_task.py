@@ -8,6 +8,7 @@ import pytest
 
 from common.run.task import StepContext
 from storage.emulation.task import EmulatedTask, hold
+from storage.host.cpu_use import cores
 
 
 @pytest.mark.parametrize("seconds", [0.0003, 0.004, 0.03])
@@ -53,3 +54,27 @@ def test_an_emulated_task_has_nothing_to_evaluate_or_save():
     assert task.app_state() == {} and tuple(task.scheduled_optimizers()) == ()
     with pytest.raises(RuntimeError, match="no model to evaluate"):
         task.evaluate(None)
+
+
+def test_the_hosts_cpu_use_over_the_timed_steps_is_reported_and_a_busy_host_shows_it():
+    task = _task()
+    for step in range(4):
+        task.train_step([0], StepContext(step=step, lr=None))
+        deadline = time.perf_counter() + 0.15
+        while time.perf_counter() < deadline:  # one core kept busy between steps
+            pass
+    busy = task.utilisation()["host_cpu_busy"]
+    assert busy is not None and 0.3 / cores() <= busy <= 1.0, busy
+
+
+def test_without_proc_stat_the_cpu_use_is_unknown_and_the_steps_go_on(monkeypatch):
+    from storage.emulation import task as task_module
+
+    def unreadable():
+        raise OSError("/proc/stat: no 'cpu' line")
+
+    monkeypatch.setattr(task_module, "cpu_jiffies", unreadable)
+    task = _task()
+    for step in range(3):
+        task.train_step([0], StepContext(step=step, lr=None))
+    assert task.utilisation()["host_cpu_busy"] is None and task.utilisation()["steps"] == 3
