@@ -393,7 +393,8 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
              f"{_number(document['headline']['device_read_iops'], ',.0f')} IOPS."]
     saturated = [p.figures.accelerators for p in points if p.figures.client_cpu_saturated]
     if saturated:
-        lines.append(f"\nThe client's CPUs were >= 90% busy at {', '.join(map(str, saturated))} accelerators: there the "
+        counts_text = ", ".join(map(str, saturated))
+        lines.append(f"\nThe client's CPUs were >= 90% busy at {counts_text} accelerators: there the "
                      "client host, not the storage, may have been the limit.")
     if document.get("client_host_memory_in_gb"):
         lines.append(f"\nEach host's ranks and loader workers held to {document['client_host_memory_in_gb']:g} GiB of "

@@ -44,7 +44,8 @@ _START_BITS = 40  # offsets under 1 TiB and fewer than 2^23 files fit one int64 
 def _by_file_then_start(files: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The order that sorts by (file, start): one argsort of a combined key where both fit in an int64
     (about twice as fast as lexsort's two passes), else lexsort."""
-    if int(starts.min()) >= 0 and int(starts.max()) < (1 << _START_BITS) and int(files.max()) < (1 << (63 - _START_BITS)):
+    fits = int(starts.min()) >= 0 and int(starts.max()) < (1 << _START_BITS)
+    if fits and int(files.max()) < (1 << (63 - _START_BITS)):
         return np.argsort((files << _START_BITS) | starts)
     return np.lexsort((starts, files))
 

@@ -181,7 +181,8 @@ class _Recorder:
         if not calls:
             return
         counts = [1 if isinstance(c[1], int) else c[1].size for c in calls]
-        starts = np.concatenate([(c[1],) if isinstance(c[1], int) else c[1] for c in calls]).astype(np.int64, copy=False)
+        starts = np.concatenate([(c[1],) if isinstance(c[1], int) else c[1] for c in calls])
+        starts = starts.astype(np.int64, copy=False)
         lengths = np.concatenate([np.full(n, c[2], dtype=np.int64) if isinstance(c[2], int) else c[2]
                                   for c, n in zip(calls, counts, strict=True)]).astype(np.int64, copy=False)
         if all(c[3] == 0 and c[4] == 1 for c in calls):

@@ -9,8 +9,9 @@ model. The plan:
   (storage.emulation.client_host: a memory cgroup whose limit counts the page cache);
 - drops the dataset's files from the page cache first (one rank per host, the others wait), so the
   loaders read from storage; with `storage.Emulation.drop_caches` the whole host's cache too;
-- says, as MLPerf Storage does, when the dataset is under 5x the client's memory (the host's, when none is set), and when the host
-  drops idle page-cache pages on its own (proactive reclaim: device bytes can then exceed the data);
+- says, as MLPerf Storage does, when the dataset is under 5x the client's memory (the host's,
+  when none is set), and when the host drops idle page-cache pages on its own (proactive
+  reclaim: device bytes can then exceed the data);
 - trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
   evaluation, no learning rate, no checkpoints (the lifecycle skips them);
 - at the end gathers every accelerator's AU and writes emulation.json with the verdict against
@@ -100,8 +101,9 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         host = socket.gethostname()
+        client_memory = client.record() if client and ctx.info.local_rank == 0 else None
         utilisations = gather_objects({**task.utilisation(), "host": host, "local_rank": ctx.info.local_rank,
-                                       "client_memory": client.record() if client and ctx.info.local_rank == 0 else None})
+                                       "client_memory": client_memory})
         if not ctx.info.is_main:
             return {}, None
         report = build_report(benchmark=accelerator.row.benchmark, accelerator=accelerator.name,

@@ -83,7 +83,8 @@ def _find_hierarchy(mounts: Path = MOUNTS) -> _Hierarchy:
 
 
 def _no_hierarchy(cgroup_mounts: list[tuple[str, Path, set[str]]], mounts: Path) -> _Hierarchy:
-    raise ThrottleUnavailable(f"no cgroup to throttle reads: {no_controller(cgroup_mounts, mounts, v1='blkio', v2='io')}")
+    missing = no_controller(cgroup_mounts, mounts, v1="blkio", v2="io")
+    raise ThrottleUnavailable(f"no cgroup to throttle reads: {missing}")
 
 
 def throttle_unavailable_reason() -> str | None:

@@ -144,6 +144,7 @@ def test_where_it_cannot_apply_one_line_says_why_and_what_it_means_and_the_run_g
                                "reason": "a memory cgroup needs root; running as uid 1000"}
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("[emulate] warning: storage.Emulation.client_host_memory_in_gb = 4 cannot apply: a memory "
-                               "cgroup needs root; running as uid 1000; the page cache is this host's whole memory (")
+    assert lines[0].startswith("[emulate] warning: storage.Emulation.client_host_memory_in_gb = 4 cannot apply: "
+                               "a memory cgroup needs root; running as uid 1000; the page cache is this host's whole "
+                               "memory (")
     assert hold_to_client_memory(SimpleNamespace(info=SimpleNamespace(local_rank=0)), 0) is None  # not set: nothing
