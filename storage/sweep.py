@@ -438,6 +438,12 @@ def _line(ax, points: Sequence[Point], get: Callable[[Point], float | None], sty
         ax.plot([n for n, _ in kept], [v for _, v in kept], style, label=label, **kw)
 
 
+def _legend(ax, *, loc: str) -> None:
+    """A legend of the series drawn; none where no point had any of them (no figures at all)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc=loc)
+
+
 def _percent(value: float | None) -> float | None:
     return None if value is None else value * 100
 
@@ -450,7 +456,7 @@ def _plot_au(ax, points: Sequence[Point]) -> None:
         ax.axhline(points[0].au_threshold * 100, color="k", lw=1, ls="--",
                    label=f"threshold {_bar(points[0].au_threshold)}")
     ax.set_ylabel("AU (%)")
-    ax.legend(fontsize=7, loc="lower left")
+    _legend(ax, loc="lower left")
 
 
 def _plot_mb(ax, points: Sequence[Point]) -> None:
@@ -458,7 +464,7 @@ def _plot_mb(ax, points: Sequence[Point]) -> None:
     _line(ax, points, lambda p: p.figures.device_mb_per_s, "^-", "MB/s from the device")
     _line(ax, points, lambda p: p.dlio.mb_per_s if p.dlio else None, "s--", "DLIO 2.0.0 MB/s")
     ax.set_ylabel("MB/s (1e6 B)")
-    ax.legend(fontsize=7, loc="upper left")
+    _legend(ax, loc="upper left")
 
 
 def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],
