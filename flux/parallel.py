@@ -69,13 +69,22 @@ class TrainState:
                        optim_state_dict=state["optimizer"])
 
 
-def _mesh(info: DistInfo, dp_replicate: int):
-    if info.world_size % dp_replicate:
-        raise ConfigError(f"flux.TrainConfig.dp_replicate={dp_replicate} does not divide the world size {info.world_size}")
+def data_parallel_mesh(device_type: str, world_size: int, dp_replicate: int):
+    """FSDP's 1-D mesh, or HSDP's (replicate x shard) one."""
+    if world_size % dp_replicate:
+        raise ConfigError(f"flux.TrainConfig.dp_replicate={dp_replicate} does not divide the world size {world_size}")
     if dp_replicate == 1:
-        return init_device_mesh(info.device.type, (info.world_size,), mesh_dim_names=("dp_shard",))
-    return init_device_mesh(info.device.type, (dp_replicate, info.world_size // dp_replicate),
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, (dp_replicate, world_size // dp_replicate),
                             mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
+def shard_with_fsdp(module: FluxModel, *, mesh: Any, bf16: bool) -> None:
+    """FSDP2 over each block, then the root (in place)."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    for unit in module.fsdp_units():
+        fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=unit is not module.final_layer)
+    fully_shard(module, mesh=mesh, mp_policy=policy)
 
 
 def build_parallel_model(*, args: FluxFlavor, info: DistInfo, parallelism: str, dp_replicate: int, bf16: bool,
@@ -91,11 +100,7 @@ def build_parallel_model(*, args: FluxFlavor, info: DistInfo, parallelism: str, 
 
     on_meta = info.device.type == "cuda"  # an 11.9B model is never materialised whole on a GPU rank
     module = FluxModel(args, activation_checkpointing=activation_checkpointing, device="meta" if on_meta else info.device)
-    mesh = _mesh(info, dp_replicate)
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-    for unit in module.fsdp_units():
-        fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=unit is not module.final_layer)
-    fully_shard(module, mesh=mesh, mp_policy=policy)
+    shard_with_fsdp(module, mesh=data_parallel_mesh(info.device.type, info.world_size, dp_replicate), bf16=bf16)
     if on_meta:
         module.to_empty(device=info.device)
         module.init_weights()

@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -243,9 +243,7 @@ class CheckpointManager:
         error: Optional[BaseException] = None
         if rank == 0:
             try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                self._sweep_tmp()
-                tmp_dir.mkdir()
+                self.begin(name)
             except Exception as caught:  # noqa: BLE001 - reported on every rank below
                 error = caught
         _agree_or_raise(error, f"checkpoint {name}: preparing {tmp_dir}")
@@ -272,6 +270,16 @@ class CheckpointManager:
                 error = caught
         _agree_or_raise(error, f"checkpoint {name}: finalizing")
 
+    def begin(self, name: str) -> Path:
+        """Rank 0's first phase of a save: the root, stale *.tmp directories swept, a fresh
+        `<name>.tmp/` made (returned)."""
+        _validate_name(name)
+        tmp_dir = self.root / f"{name}{TMP_SUFFIX}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._sweep_tmp()
+        tmp_dir.mkdir()
+        return tmp_dir
+
     def _sweep_tmp(self) -> None:
         for child in self.root.iterdir():
             if child.name.endswith(TMP_SUFFIX) and child.is_dir():
@@ -283,19 +291,29 @@ class CheckpointManager:
         own = [rank_file_name(rank)] + sorted(p.name for p in tmp_dir.glob(f"__{rank}_*.distcp"))
         write_json(tmp_dir / _checksum_file_name(rank), {name: file_crc32(tmp_dir / name) for name in own})
 
-    def _finalize(self, name: str, tmp_dir: Path, metadata_json: Any) -> None:
-        missing = [r for r in range(world_size()) if not (tmp_dir / rank_file_name(r)).is_file()]
+    def finalize(self, name: str, tmp_dir: Path, metadata_json: Any, *, saved_by: int,
+                 rank_files: Sequence[int]) -> None:
+        """Rank 0's last phase of a save, for a save written by other means than `save` (the emulated
+        checkpoints of storage.checkpoint): `saved_by` ranks wrote `tmp_dir`; the rank files of
+        `rank_files` must be there. Marker, fsync, rename and pruning are `save`'s own."""
+        self._finalize(name, tmp_dir, metadata_json, saved_by=saved_by, rank_files=rank_files)
+
+    def _finalize(self, name: str, tmp_dir: Path, metadata_json: Any, *, saved_by: int | None = None,
+                  rank_files: Sequence[int] | None = None) -> None:
+        saved_by = world_size() if saved_by is None else saved_by
+        expected = range(saved_by) if rank_files is None else rank_files
+        missing = [r for r in expected if not (tmp_dir / rank_file_name(r)).is_file()]
         if missing:
             raise ValueError(f"{tmp_dir}: rank files of ranks {missing} are missing")
         write_json(tmp_dir / METADATA_FILE, {"format_version": FORMAT_VERSION, "name": name, "user": metadata_json})
         marker: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "sequence": 1 + max([self._sequence(p) or 0 for p in self.complete_checkpoints()], default=0),
-            "world_size": world_size(),
+            "world_size": saved_by,
         }
         if self.verify_checksums:
             checksums = {name: file_crc32(tmp_dir / name) for name in (".metadata", METADATA_FILE)}
-            for r in range(world_size()):
+            for r in expected:
                 checksums.update(read_json(tmp_dir / _checksum_file_name(r)))
                 (tmp_dir / _checksum_file_name(r)).unlink()
             marker["checksums"] = checksums

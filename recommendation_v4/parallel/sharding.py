@@ -152,6 +152,25 @@ def shard_model(
     sparse_optimizer: SparseOptimizerConfig,
 ) -> tuple[DistributedModelParallel, ShardingPlan]:
     """Fused sparse optimizer -> planner -> DistributedModelParallel (materialises this rank's shards)."""
+    plan, sharders = plan_sharding(model=model, device_type=device.type, world_size=world_size,
+                                   local_world_size=local_world_size, sharding=sharding,
+                                   sparse_optimizer=sparse_optimizer, group=dist.group.WORLD)
+    dmp = DistributedModelParallel(module=model, device=device, plan=plan, sharders=sharders)
+    return dmp, plan
+
+
+def plan_sharding(
+    *,
+    model: DlrmHSTU,
+    device_type: str,
+    world_size: int,
+    local_world_size: int,
+    sharding: ShardingConfig,
+    sparse_optimizer: SparseOptimizerConfig,
+    group: dist.ProcessGroup,
+) -> tuple[ShardingPlan, list[EmbeddingCollectionSharder]]:
+    """Fused sparse optimizer -> planner: the plan (agreed over `group`) for ranks of `device_type`,
+    and the sharders that apply it. The model's tables may stay on the meta device."""
     apply_optimizer_in_backward(
         RowWiseAdagrad,
         model.embedding_collection.parameters(),
@@ -161,26 +180,25 @@ def shard_model(
         trainer_config=TrainerConfig(
             world_size=world_size,
             local_world_size=local_world_size,
-            hbm_cap_bytes=int(sharding.hbm_cap_gb * GiB) if device.type == "cuda" else None,
+            hbm_cap_bytes=int(sharding.hbm_cap_gb * GiB) if device_type == "cuda" else None,
             ddr_cap_bytes=int(sharding.ddr_cap_gb * GiB) if sharding.ddr_cap_gb is not None else None,
         ),
-        kernel_config=KernelConfig(compute_device=device.type),
+        kernel_config=KernelConfig(compute_device=device_type),
     )
     constraints = table_constraints(
-        table_names=_embedding_table_names(model), config=sharding, device_type=device.type
+        table_names=_embedding_table_names(model), config=sharding, device_type=device_type
     )
     # the same sharders plan and shard, so the planner costs the quantized all-to-alls
     qcomm_codecs = embedding_qcomm_codecs(
-        forward=sharding.comm_forward_precision, backward=sharding.comm_backward_precision, device=device
+        forward=sharding.comm_forward_precision, backward=sharding.comm_backward_precision,
+        device=torch.device(device_type)
     )
     sharders = [EmbeddingCollectionSharder(qcomm_codecs_registry=qcomm_codecs)]
     # an explicit reservation: TorchRec's default (heuristical) one mis-estimates dense tensors
     # that are not materialised yet and says so on every run
     reservation = FixedPercentageStorageReservation(percentage=sharding.storage_reservation_pct)
     planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints, storage_reservation=reservation)
-    plan = planner.collective_plan(model, sharders, dist.group.WORLD)
-    dmp = DistributedModelParallel(module=model, device=device, plan=plan, sharders=sharders)
-    return dmp, plan
+    return planner.collective_plan(model, sharders, group), sharders
 
 
 def describe_plan(plan: ShardingPlan) -> dict[str, str]:

@@ -176,21 +176,34 @@ def _remove_file(path: Path) -> None:
 # --- the cgroup -------------------------------------------------------------------------------
 
 
-def _v1_rules(major_minor: str, read_bps: int | None, read_iops: int | None) -> dict[str, str]:
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Bytes/s and IOs/s for reads and writes; None: unlimited."""
+
+    read_bps: int | None = None
+    read_iops: int | None = None
+    write_bps: int | None = None
+    write_iops: int | None = None
+
+    def set(self) -> dict[str, int]:
+        return {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
+
+
+_V1_FILES = {"read_bps": "blkio.throttle.read_bps_device", "read_iops": "blkio.throttle.read_iops_device",
+             "write_bps": "blkio.throttle.write_bps_device", "write_iops": "blkio.throttle.write_iops_device"}
+_V2_KEYS = {"read_bps": "rbps", "read_iops": "riops", "write_bps": "wbps", "write_iops": "wiops"}
+
+
+def _v1_rules(major_minor: str, limits: Limits) -> dict[str, str]:
     """blkio file -> "MAJ:MIN value" for each limit that is set."""
-    rules = {}
-    if read_bps is not None:
-        rules["blkio.throttle.read_bps_device"] = f"{major_minor} {read_bps}"
-    if read_iops is not None:
-        rules["blkio.throttle.read_iops_device"] = f"{major_minor} {read_iops}"
-    return rules
+    return {_V1_FILES[name]: f"{major_minor} {value}" for name, value in limits.set().items()}
 
 
-def _v2_rule(major_minor: str, read_bps: int | None, read_iops: int | None) -> str | None:
-    """io.max's line, "MAJ:MIN rbps=N riops=M" with the limits that are set (an unset key stays
-    'max'); None when neither is set."""
-    limits = [f"{key}={value}" for key, value in (("rbps", read_bps), ("riops", read_iops)) if value is not None]
-    return f"{major_minor} {' '.join(limits)}" if limits else None
+def _v2_rule(major_minor: str, limits: Limits) -> str | None:
+    """io.max's line, "MAJ:MIN rbps=N wbps=M ..." with the limits that are set (an unset key stays
+    'max'); None when none is set."""
+    keys = [f"{_V2_KEYS[name]}={value}" for name, value in limits.set().items()]
+    return f"{major_minor} {' '.join(keys)}" if keys else None
 
 
 def _enable_io(root: Path) -> None:
@@ -205,13 +218,12 @@ def _enable_io(root: Path) -> None:
         write(control, "+io")
 
 
-def _write_limits(hierarchy: _Hierarchy, cgroup: Path, major_minor: str,
-                  read_bps: int | None, read_iops: int | None) -> None:
+def _write_limits(hierarchy: _Hierarchy, cgroup: Path, major_minor: str, limits: Limits) -> None:
     if hierarchy.version == 1:
-        for name, rule in _v1_rules(major_minor, read_bps, read_iops).items():
+        for name, rule in _v1_rules(major_minor, limits).items():
             write(cgroup / name, rule)
         return
-    rule = _v2_rule(major_minor, read_bps, read_iops)
+    rule = _v2_rule(major_minor, limits)
     if rule is not None:
         write(cgroup / "io.max", rule)
 
@@ -241,11 +253,13 @@ class ThrottledStorage:
     `.wrap()` and their children. Everything it made is undone in reverse in __exit__, and on an
     error halfway through __enter__."""
 
-    def __init__(self, work_dir: Path, *, size_mb: int, read_bps: int | None, read_iops: int | None):
+    def __init__(self, work_dir: Path, *, size_mb: int, read_bps: int | None, read_iops: int | None,
+                 write_bps: int | None = None, write_iops: int | None = None):
         if isinstance(size_mb, bool) or not isinstance(size_mb, int) or size_mb < MIN_SIZE_MB:
             raise ValueError(f"size_mb must be an int >= {MIN_SIZE_MB}, got {size_mb!r}")
-        _check_limit("read_bps", read_bps)
-        _check_limit("read_iops", read_iops)
+        self.limits = Limits(read_bps=read_bps, read_iops=read_iops, write_bps=write_bps, write_iops=write_iops)
+        for name, value in dataclasses.asdict(self.limits).items():
+            _check_limit(name, value)
         self.work_dir = Path(work_dir)
         self.size_mb, self.read_bps, self.read_iops = size_mb, read_bps, read_iops
         # pid + random suffix: unique among suites on one host, and traceable to the process
@@ -285,7 +299,7 @@ class ThrottledStorage:
         undo.callback(_unmount, mount)
         cgroup = _make_cgroup(hierarchy, self.name)
         undo.callback(remove_cgroup, cgroup, hierarchy.root)
-        _write_limits(hierarchy, cgroup, major_minor, self.read_bps, self.read_iops)
+        _write_limits(hierarchy, cgroup, major_minor, self.limits)
         return _Setup(image, device, major_minor, mount, cgroup)
 
     def __exit__(self, *exc_info: object) -> None:

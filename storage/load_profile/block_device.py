@@ -12,6 +12,7 @@ tmpfs and network file systems have major 0: no block device, and a reason inste
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 from pathlib import Path
@@ -56,6 +57,39 @@ def diskstats(device: str) -> tuple[int, int] | None:
             try:
                 return int(fields[3]), int(fields[5]) * SECTOR_BYTES
             except ValueError:  # a measurement never fails the run that it measures
+                return None
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskCounters:
+    """One /proc/diskstats line's counters since boot (the kernel's iostats fields)."""
+
+    reads: int
+    read_bytes: int
+    writes: int
+    write_bytes: int
+    flushes: int  # cache flushes completed (an fsync on a device with a volatile cache); 0 on old kernels
+
+    def since(self, earlier: "DiskCounters") -> "DiskCounters":
+        return DiskCounters(*(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier))))
+
+
+def disk_counters(device: str) -> DiskCounters | None:
+    """Reads and writes (completed, bytes) and flushes of `device` since boot; None where it or
+    /proc/diskstats is missing."""
+    try:
+        lines = DISKSTATS.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 9 and fields[2] == device:
+            try:
+                flushes = int(fields[18]) if len(fields) > 18 else 0
+                return DiskCounters(reads=int(fields[3]), read_bytes=int(fields[5]) * SECTOR_BYTES,
+                                    writes=int(fields[7]), write_bytes=int(fields[9]) * SECTOR_BYTES, flushes=flushes)
+            except ValueError:
                 return None
     return None
 

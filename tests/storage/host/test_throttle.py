@@ -167,11 +167,14 @@ def test_the_cgroup_hierarchy_is_found_in_the_mount_table(tmp_path):
 
 
 def test_the_limit_lines_of_both_cgroup_versions():
-    assert throttle._v1_rules("7:3", 4 * MIB, None) == {"blkio.throttle.read_bps_device": "7:3 4194304"}
-    assert throttle._v1_rules("7:3", None, 50) == {"blkio.throttle.read_iops_device": "7:3 50"}
-    assert throttle._v2_rule("7:3", 4 * MIB, 50) == "7:3 rbps=4194304 riops=50"
-    assert throttle._v2_rule("7:3", None, 50) == "7:3 riops=50"
-    assert throttle._v2_rule("7:3", None, None) is None
+    Limits = throttle.Limits
+    assert throttle._v1_rules("7:3", Limits(read_bps=4 * MIB)) == {"blkio.throttle.read_bps_device": "7:3 4194304"}
+    assert throttle._v1_rules("7:3", Limits(read_iops=50)) == {"blkio.throttle.read_iops_device": "7:3 50"}
+    assert throttle._v1_rules("7:3", Limits(write_bps=MIB, write_iops=9)) == {
+        "blkio.throttle.write_bps_device": "7:3 1048576", "blkio.throttle.write_iops_device": "7:3 9"}
+    assert throttle._v2_rule("7:3", Limits(read_bps=4 * MIB, read_iops=50)) == "7:3 rbps=4194304 riops=50"
+    assert throttle._v2_rule("7:3", Limits(read_iops=50, write_bps=MIB)) == "7:3 riops=50 wbps=1048576"
+    assert throttle._v2_rule("7:3", Limits()) is None
 
 
 @pytest.mark.parametrize("kwargs, message", [
