@@ -49,7 +49,7 @@ class StorageWorkload:
     dlio_2_format: str  # the format a DLIO 2.0.0 replay writes (2.0.0 has no parquet)
     workload: PublishedWorkload
     datagen: PublishedDatagen
-    compute_times: Path  # CSV: seconds per step per accelerator (storage.emulation.compute_times)
+    compute_times: Path  # CSV: seconds per step per accelerator (storage.compute_times)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ import yaml
 
 from common import registry
 from common.spec import StorageWorkload
-from storage.emulation.compute_times import ComputeTime, ComputeTimeError, lookup
+from storage.compute_times import ComputeTime, ComputeTimeError, lookup
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
 

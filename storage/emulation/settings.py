@@ -15,7 +15,7 @@ import gin
 
 from common.config.checks import ConfigError, require, require_bool, require_int, require_number
 from common.spec import BenchmarkSpec
-from storage.emulation.compute_times import ComputeTime, ComputeTimeError, lookup
+from storage.compute_times import ComputeTime, ComputeTimeError, lookup
 
 # batch_per_accelerator's two special values
 TABLE_BATCH = -1  # the batch the table's compute time belongs to (MLPerf Storage's per-accelerator batch)

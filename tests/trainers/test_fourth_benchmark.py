@@ -113,7 +113,7 @@ def test_the_suites_emulation_path_and_the_storage_tools_find_it_by_name(install
                                              storage_model="linreg")  # its spec's MLPerf Storage name
     assert report["au_threshold"] == 0.80  # its spec's bar (the table's row leaves it empty)
 
-    table = _run(["-m", "storage.emulation.compute_times", "regression", "b200"], installed, timeout=60)
+    table = _run(["-m", "storage.compute_times", "regression", "b200"], installed, timeout=60)
     assert table.returncode == 0 and "linreg on b200: 0.02 s per step of 4" in table.stdout, table.stderr
     sweep = _run(["-m", "storage.sweep", "--benchmark", "linreg", "--accelerator", "b200", "--max-accelerators", "1",
                   "--steps", "4", "--out", str(tmp_path / "sweep"), "--gin_config", str(TRAINER.gin_file),

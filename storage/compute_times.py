@@ -4,8 +4,8 @@ figure comes from. Each benchmark keeps its own rows (its spec's `storage.comput
 accelerator, seconds_per_step, batch_per_accelerator, au_threshold, source; an empty
 au_threshold is the workload's bar from the spec).
 
-    python -m storage.emulation.compute_times                  # every registered benchmark's rows
-    python -m storage.emulation.compute_times <benchmark> b200  # one row (any of the benchmark's names)
+    python -m storage.compute_times                  # every registered benchmark's rows
+    python -m storage.compute_times <benchmark> b200  # one row (any of the benchmark's names)
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row.source}")
             return 0
         if args:
-            print("usage: python -m storage.emulation.compute_times [<benchmark> <accelerator>]", file=sys.stderr)
+            print("usage: python -m storage.compute_times [<benchmark> <accelerator>]", file=sys.stderr)
             return 2
         for spec in registry.specs():
             for row in load(spec).values() if spec.storage is not None else ():
