@@ -53,11 +53,24 @@ class StorageWorkload:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointWorkload:
+    """What the benchmark's checkpoint is at the reference scale, for the emulated save and restore."""
+
+    state_builder: str  # "module:function": (flavor, world_size, ranks_per_node) -> rank 0's app_state on meta
+    reference_flavor: str
+    reference_world_size: int
+    ranks_per_node: int  # accelerators per host at the reference (the host one emulated host stands for)
+    interval_steps: int  # steps between saves in the reference recipe
+    interval_source: str  # where that cadence comes from
+
+
+@dataclasses.dataclass(frozen=True)
 class BenchmarkSpec:
     package: str  # the Python package: `python -m <package>.train`, the gin module, the run directory
     title: str  # how people call the model (DLRM-HSTU, RetinaNet, FLUX.1)
     mlperf_name: str  # MLPerf Training's name: submission_benchmark in the mllog
     storage: StorageWorkload | None = None  # None: no storage workload (the storage toolkit refuses it by name)
+    checkpoint: CheckpointWorkload | None = None  # None: its checkpoint is not emulated
 
     @property
     def train_module(self) -> str:
@@ -67,6 +80,12 @@ class BenchmarkSpec:
         """Every name the benchmark is known by (a user may give any of them)."""
         model = () if self.storage is None else (self.storage.model,)
         return tuple(dict.fromkeys((self.package, self.mlperf_name, *model)))
+
+    def checkpoint_workload(self) -> CheckpointWorkload:
+        """Its checkpoint facts; a LookupError naming the benchmark when its spec has none."""
+        if self.checkpoint is None:
+            raise LookupError(f"benchmark {self.package!r} describes no emulated checkpoint (its spec's checkpoint is None)")
+        return self.checkpoint
 
     def storage_workload(self) -> StorageWorkload:
         """Its storage facts; a LookupError naming the benchmark when its spec has none."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from flux.data.layout import REFERENCE_NUM_TRAIN
 
 SPEC = BenchmarkSpec(
@@ -27,4 +27,8 @@ SPEC = BenchmarkSpec(
             record_bytes=2_164_832, samples_per_file=256, num_files=4_296),
         compute_times=Path(__file__).with_name("compute_times.csv"),
     ),
+    checkpoint=CheckpointWorkload(
+        state_builder="flux.checkpoint_state:app_state_on_meta", reference_flavor="flux-schnell",
+        reference_world_size=64, ranks_per_node=8, interval_steps=1000,
+        interval_source="the MLCommons FLUX.1 run.sub: ENABLE_CHECKPOINTING=True passes --checkpoint.interval=1000"),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from recommendation_v4.data.layout import YAMBDA_5B_TRAIN_SAMPLES
 
 SPEC = BenchmarkSpec(
@@ -32,4 +32,8 @@ SPEC = BenchmarkSpec(
             record_bytes=761, samples_per_file=1_536_000, num_files=1_024),
         compute_times=Path(__file__).with_name("compute_times.csv"),
     ),
+    checkpoint=CheckpointWorkload(
+        state_builder="recommendation_v4.checkpoint_state:app_state_on_meta", reference_flavor="reference",
+        reference_world_size=16, ranks_per_node=8, interval_steps=1000,
+        interval_source="DLRMv4 PR 889's global-step cadence (its example: every 1000 steps)"),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from retinanet.data.layout import REFERENCE_NUM_TRAIN_IMAGES
 
 SPEC = BenchmarkSpec(
@@ -27,4 +27,9 @@ SPEC = BenchmarkSpec(
             record_bytes=322_957, samples_per_file=1, num_files=1_170_301),
         compute_times=Path(__file__).with_name("compute_times.csv"),
     ),
+    checkpoint=CheckpointWorkload(
+        state_builder="retinanet.checkpoint_state:app_state_on_meta", reference_flavor="reference",
+        reference_world_size=8, ranks_per_node=8, interval_steps=4572,
+        interval_source="once per epoch (1,170,301 images at the reference global batch 256): this project's "
+                        "choice, the reference recipe sets no cadence"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 from tests.trainers.trainer_entry import COMMON_BAD_BINDINGS, TrainerUnderTest
 from tests.trainers.trainer_process import REPO
@@ -73,6 +74,18 @@ def _dlrm_reference_run(data_root: pathlib.Path, out: pathlib.Path, name: str) -
     ]
 
 
+def _dlrm_checkpoint_options(operative: str, checkpoint: pathlib.Path) -> dict:
+    """The short run's tables (their rows come from its data), its CPU plan and its sharding type."""
+    from common.checkpoint.files import read_dcp_metadata
+
+    prefix, suffix = "model.embedding_collection.embeddings.", ".weight"
+    entries = read_dcp_metadata(checkpoint).state_dict_metadata
+    rows = {fqn[len(prefix):-len(suffix)]: entry.size[0] for fqn, entry in entries.items()
+            if fqn.startswith(prefix) and fqn.endswith(suffix)}
+    sharding = re.search(r"^ShardingConfig\.default_sharding_type = '(\w+)'", operative, re.MULTILINE)
+    return {"device_type": "cpu", "table_rows": rows, "default_sharding_type": sharding.group(1) if sharding else None}
+
+
 DLRM = TrainerUnderTest(
     package="recommendation_v4",
     gin_file=REPO / "recommendation_v4" / "configs" / "debug.gin",
@@ -100,6 +113,7 @@ DLRM = TrainerUnderTest(
         ("eval_accuracy", "v['metadata']['samples_count'] % s['eval_interval_samples'] == 0"),  # grid over them
         ("eval_accuracy", "v['value'] >= s['target_accuracy']"),  # AUC 0.75, out of reach in 3 steps
     }),
+    checkpoint_options=_dlrm_checkpoint_options,
 )
 
 TRAINER = DLRM

@@ -23,6 +23,9 @@ class TrainerUnderTest:
     # a run of the reference recipe on the tiny data, and the rules the official checker may fail on it
     reference_run: Callable[[pathlib.Path, pathlib.Path, str], tuple[pathlib.Path, list[str]]]
     reference_failures: frozenset[tuple[str, str]]
+    # the state builder's options (storage.checkpoint) beside flavor and model_overrides that make its
+    # emulated checkpoint the one this short run saved: (operative config text, checkpoint dir) -> options
+    checkpoint_options: Callable[[str, pathlib.Path], dict] = lambda operative, checkpoint: {}
 
 
 COMMON_BAD_BINDINGS = (

@@ -1,0 +1,131 @@
+"""`python -m storage.checkpoint` as its users run it: a host that is not rank 0's (its restore reads
+chunks other hosts' ranks write), a SIGKILL in the middle of a save (nothing a restore would take for
+complete is left), a full disk (exit 5, nothing left behind) and bad arguments (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.checkpoint.files import read_dcp_metadata, read_json
+from common.checkpoint.manager import MARKER_FILE, CheckpointManager
+from storage.checkpoint.plan import CheckpointPlan
+from tests.trainers.trainer_process import REPO, trainer_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def _plan(tmp: Path, benchmark: str, flavor: str, world: int, per_node: int) -> Path:
+    folder = tmp / f"plan-{benchmark}-{world}"
+    subprocess.run([sys.executable, "-m", "storage.checkpoint.planning", "--benchmark", benchmark, "--flavor", flavor,
+                    "--world-size", str(world), "--ranks-per-node", str(per_node), "--out", str(folder)],
+                   cwd=REPO, env=trainer_env(), check=True, capture_output=True, timeout=600)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def flux_plan(tmp_path_factory) -> Path:
+    """FLUX.1 tiny on 4 ranks in HSDP (2 nodes of 2): each chunk is held by a rank of each node."""
+    return _plan(tmp_path_factory.mktemp("plans"), "flux", "flux-tiny", 4, 2)
+
+
+def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "storage.checkpoint", *args], cwd=REPO, env=trainer_env(),
+                          capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def _loadable(checkpoint: Path) -> None:
+    """What a restore checks first: the marker's files at their sizes, and DCP's metadata."""
+    marker = read_json(checkpoint / MARKER_FILE)
+    for name, size in marker["files"].items():
+        assert (checkpoint / name).stat().st_size == size, name
+    read_dcp_metadata(checkpoint)
+
+
+def test_a_host_of_the_second_node_saves_its_ranks_and_restores_what_they_hold(flux_plan, tmp_path):
+    run = _cli("--benchmark", "flux", "--world-size", "4", "--ranks", "2-3", "--saves", "2", "--restores", "1",
+               "--plan", str(flux_plan), "--root", str(tmp_path / "root"), "--out", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "checkpoint.json").read_text())
+    plan = CheckpointPlan.load(flux_plan)
+    (checkpoint,) = CheckpointManager(tmp_path / "root").complete_checkpoints()  # keep_last_n 1
+    _loadable(checkpoint)
+    own = [checkpoint / f"__{rank}_0.distcp" for rank in (2, 3)]
+    assert [p.stat().st_size for p in own] == plan.file_bytes[2:]
+    # ranks 2 and 3 write their files; what they read of ranks 0 and 1's files was written for them
+    save = summary["saves"][-1]
+    assert save["data_bytes"] == sum(plan.file_bytes[2:]) and save["peer_bytes"] > 0
+    storage = plan.metadata.storage_data
+    wanted = sum(storage[item.storage_index].length for rank in (2, 3) for item in plan.read_items(rank))
+    assert summary["restores"][0]["bytes"] == wanted
+    assert summary["full_save"]["bytes"] == plan.total_bytes()
+    assert "[checkpoint] error" not in run.stderr
+
+
+def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(flux_plan, tmp_path):
+    root = tmp_path / "root"
+    proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
+                             "--ranks", "0-1", "--saves", "400", "--restores", "0", "--keep-last-n", "2",
+                             "--plan", str(flux_plan), "--root", str(root), "--out", str(tmp_path / "out")],
+                            cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    # past the first complete save, then at a random moment while a save is being written
+    while not (root.is_dir() and CheckpointManager(root).complete_checkpoints()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
+    while not any(p.name.endswith(".tmp") for p in root.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert any(p.name.endswith(".tmp") for p in root.iterdir())  # killed inside a save
+    complete = CheckpointManager(root).complete_checkpoints()
+    assert complete
+    for checkpoint in complete:
+        _loadable(checkpoint)
+    for directory in (p for p in root.iterdir() if p.is_dir() and p not in complete):
+        assert directory.name.endswith(".tmp") and not (directory / MARKER_FILE).exists(), directory
+    # a relaunch sweeps what the kill left and saves again
+    run = _cli("--benchmark", "flux", "--world-size", "4", "--ranks", "0-1", "--saves", "1", "--restores", "1",
+               "--keep-last-n", "2", "--plan", str(flux_plan), "--root", str(root), "--out", str(tmp_path / "again"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not any(p.name.endswith(".tmp") for p in root.iterdir())
+
+
+def test_a_full_disk_fails_the_save_with_status_5_and_leaves_nothing(flux_plan, small_tmpfs, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "storage.checkpoint.rank_main", "--plan", str(flux_plan),
+                          "--root", str(small_tmpfs / "ckpt"), "--ranks", "0", "--out", str(tmp_path)],
+                         cwd=REPO, env={**trainer_env(), "WORLD_SIZE": "1"}, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 5, run.stderr[-3000:]
+    assert "[checkpoint] error: rank 0: save step_000000001" in run.stderr and "no space left on device" in run.stderr
+    assert list((small_tmpfs / "ckpt").iterdir()) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--benchmark", "nosuch", "--root", "R"], "nosuch"),
+    (["--benchmark", "flux", "--root", "R", "--ranks", "3-x"], "--ranks '3-x'"),
+    (["--benchmark", "flux", "--root", "R", "--world-size", "4", "--ranks", "2-5"], "rank 5 is not in a world of 4"),
+    (["--benchmark", "flux", "--world-size", "4"], "give --root DIR, or --device-gib N"),
+    (["--benchmark", "flux", "--root", "R", "--accelerator", "tpu"], "--accelerator 'tpu'"),
+])
+def test_bad_arguments_are_one_line_and_status_2(args, says, tmp_path):
+    run = _cli(*[str(tmp_path / a) if a == "R" else a for a in args], "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and says in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_checkpoints_larger_than_the_disk_are_refused_before_anything_is_written(flux_plan, small_tmpfs, tmp_path):
+    run = _cli("--benchmark", "flux", "--world-size", "4", "--plan", str(flux_plan), "--root", str(small_tmpfs / "c"),
+               "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "give fewer --ranks" in run.stderr, run.stderr
+    assert not (small_tmpfs / "c").exists() or list((small_tmpfs / "c").iterdir()) == []
