@@ -26,9 +26,12 @@ import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from common.config.checks import ConfigError
 from common.distributed.collectives import barrier, gather_objects
 from common.run.benchmark import DataPlan, RunContext, TrainingPlan
 from common.run.loop import LoopResult
+from common.spec import BenchmarkSpec
+from storage.emulation.checkpoints import RunCheckpoints
 from storage.emulation.client_host import ClientHostMemory, hold_to_client_memory
 from storage.emulation.report import build_report, verdict_line, write_report
 from storage.emulation.settings import EmulatedAccelerator, Emulation
@@ -36,6 +39,14 @@ from storage.emulation.task import EmulatedTask
 from storage.host.page_cache import dataset_vs_memory, drop_caches, evict
 from storage.host.proactive_reclaim import find_reclaimers
 from storage.host.proactive_reclaim import warning as reclaim_warning
+
+
+def _checkpoint_text(settings: Emulation, spec: BenchmarkSpec | None) -> str:
+    every = settings.checkpoint_every_steps
+    if every == 0 or spec is None or spec.checkpoint is None:
+        return "no checkpoints"
+    every = spec.checkpoint.interval_steps if every < 0 else every
+    return f"an emulated checkpoint every {every} steps"
 
 
 def _no_window(key: int) -> bool:
@@ -78,7 +89,22 @@ def _memory_check(ctx: RunContext, data_dirs: Sequence[Path], client: ClientHost
             "warning": check.warning, "proactive_reclaim": reclaim}
 
 
-def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccelerator,
+def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | None) -> RunCheckpoints | None:
+    every = settings.checkpoint_every_steps
+    if every == 0:
+        return None
+    if spec is None or spec.checkpoint is None:
+        raise ConfigError(f"storage.Emulation.checkpoint_every_steps={every}: this benchmark's checkpoint is not "
+                          "emulated (its spec has no checkpoint)")
+    workload = spec.checkpoint
+    root = Path(settings.checkpoint_root) if settings.checkpoint_root else ctx.run_dir / "emulated_checkpoints"
+    return RunCheckpoints(benchmark=spec.package, flavor=settings.checkpoint_flavor or workload.reference_flavor,
+                          every_steps=workload.interval_steps if every < 0 else every, root=root,
+                          keep_last_n=settings.checkpoint_keep_last_n, info=ctx.info, run_dir=ctx.run_dir,
+                          seed=ctx.seed)
+
+
+def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccelerator, spec: BenchmarkSpec | None,
                   profile: Callable[[], Mapping[str, Any] | None]) -> TrainingPlan:
     """The plan of `accelerator` on the benchmark's data; `profile` gives the run's load profile once
     the run has finished it (rank 0; None where it is off or was not written)."""
@@ -92,18 +118,22 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
         learning_rate=None,
         description=(f"[schedule] emulating {ctx.info.world_size} x {accelerator.name}: {seconds * 1e3:,.2f} ms per "
                      f"step of {local_batch} samples ({compute['source']}); {len(schedule.windows)} window(s); "
-                     f"no evaluation, no checkpoints"))
+                     f"no evaluation, {_checkpoint_text(accelerator.settings, spec)}"))
     client = hold_to_client_memory(ctx, accelerator.settings.client_host_memory_in_gb)
     cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
     memory = _memory_check(ctx, data.data_dirs, client)
+    checkpoints = _checkpoints(ctx, accelerator.settings, spec)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
-                        rank=ctx.info.rank, count_samples=data.count_samples)
+                        rank=ctx.info.rank, count_samples=data.count_samples, checkpoints=checkpoints)
 
     def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:
         host = socket.gethostname()
         client_memory = client.record() if client and ctx.info.local_rank == 0 else None
         utilisations = gather_objects({**task.utilisation(), "host": host, "local_rank": ctx.info.local_rank,
-                                       "client_memory": client_memory})
+                                       "client_memory": client_memory,
+                                       "checkpoints": checkpoints.record() if checkpoints else None})
+        if checkpoints is not None:
+            checkpoints.close()
         if not ctx.info.is_main:
             return {}, None
         report = build_report(benchmark=accelerator.row.benchmark, accelerator=accelerator.name,

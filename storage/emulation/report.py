@@ -107,7 +107,22 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
         "memory": dict(memory) if memory else None,
         "hosts": hosts,
         "client_cpu_saturated": any(h["cpu_saturated"] for h in hosts),
+        "checkpoints": checkpoint_figures(utilisations),
     }
+
+
+def checkpoint_figures(utilisations: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The emulated checkpoints' cost: saves, their time (the slowest rank's), the AU without them."""
+    records = [u["checkpoints"] for u in utilisations if u.get("checkpoints")]
+    if not records:
+        return None
+    saves = max(r["saves"] for r in records)
+    slowest = [max(r["save_s"][i] for r in records if len(r["save_s"]) > i) for i in range(saves)]
+    without = [float(u.get("au_without_checkpoints", u["au"])) for u in utilisations]
+    return {"saves": saves, "every_steps": records[0]["every_steps"], "flavor": records[0]["flavor"],
+            "world_size": records[0]["world_size"], "full_save_bytes": records[0]["full_save_bytes"],
+            "bytes_per_save_by_these_ranks": sum(r["bytes_per_save"] for r in records), "save_s": slowest,
+            "au_without_checkpoints": sum(without) / len(without)}
 
 
 def _mb(value: float | None) -> str:
@@ -133,7 +148,18 @@ def verdict_line(report: Mapping[str, Any]) -> str:
     verdict = "PASS" if report["passed"] else "FAIL"
     return (f"[emulate] {report['accelerators']} x {report['accelerator']} ({report['benchmark']}): AU {au['mean']:.1%} "
             f"(min {au['min']:.1%}) vs {report['au_threshold']:.0%}: {verdict}; {report['samples_per_s']:,.1f} samples/s, "
-            f"{_mb(s['mb_per_s'])} MB/s asked, {_mb(s['device_mb_per_s'])} MB/s from the device{_client_text(report)}")
+            f"{_mb(s['mb_per_s'])} MB/s asked, {_mb(s['device_mb_per_s'])} MB/s from the device{_client_text(report)}"
+            f"{_checkpoint_text(report)}")
+
+
+def _checkpoint_text(report: Mapping[str, Any]) -> str:
+    found = report.get("checkpoints")
+    if not found or not found["saves"]:
+        return ""
+    longest = max(found["save_s"])
+    return (f"; {found['saves']} emulated checkpoint(s) of {found['full_save_bytes'] / 1e9:,.2f} GB (all "
+            f"{found['world_size']} ranks), up to {longest:.2f} s each: AU {found['au_without_checkpoints']:.1%} "
+            "without them")
 
 
 def write_report(run_dir: Path, report: Mapping[str, Any]) -> Path:

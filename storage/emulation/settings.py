@@ -35,6 +35,13 @@ class Emulation:
     # MLPerf Storage's --client-host-memory-in-gb (GiB, as mlpstorage counts it): each host's ranks and
     # loader workers run in a memory cgroup of that size, page cache included (root); 0: the host's own
     client_host_memory_in_gb: float = 0.0
+    # emulated checkpoints (storage.checkpoint): every rank saves its shard of the benchmark's checkpoint at
+    # the reference flavor and this run's world size, synchronously, every N steps; 0: none; -1: the
+    # reference recipe's interval (the spec's checkpoint.interval_steps)
+    checkpoint_every_steps: int = 0
+    checkpoint_root: str = ""  # "": <run dir>/emulated_checkpoints (a file system every rank sees)
+    checkpoint_keep_last_n: int = 1
+    checkpoint_flavor: str = ""  # "": the spec's reference flavor
 
     def __post_init__(self) -> None:
         require_number(self, "stdev_s", "au_threshold", "client_host_memory_in_gb", minimum=0)
@@ -43,6 +50,8 @@ class Emulation:
         require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)
         require(self, "au_threshold", self.au_threshold <= 1, "a fraction <= 1")
         require_bool(self, "evict_page_cache", "drop_caches")
+        require_int(self, "checkpoint_every_steps", minimum=-1)
+        require_int(self, "checkpoint_keep_last_n", minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,9 @@ accelerator utilisation (AU) is computed from what happened, not from what was a
 AU is MLPerf Storage's (DLIO's): the compute time of the steps after the first over the wall
 time from the end of the first step to the end of the last, per accelerator. Over the same span
 the host's CPU use is sampled (/proc/stat, at most every CPU_SAMPLE_S), to tell a client whose CPU
-was the limit.
+was the limit. With emulated checkpoints (storage.emulation.checkpoints) a step that is due saves after
+its compute, synchronously: the save is wall time without compute, so it lowers the AU, and the AU
+without the saves is reported beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
+from storage.emulation.checkpoints import RunCheckpoints
 from storage.host.cpu_use import busy_fraction, cpu_jiffies
 
 
@@ -49,7 +52,7 @@ def hold(seconds: float) -> float:
 
 class EmulatedTask:
     def __init__(self, *, seconds_per_step: float, stdev_s: float, seed: int, rank: int,
-                 count_samples: Callable[[Any], int]) -> None:
+                 count_samples: Callable[[Any], int], checkpoints: RunCheckpoints | None = None) -> None:
         self.seconds_per_step, self.stdev_s = seconds_per_step, stdev_s
         self.count_samples = count_samples
         # one stream per rank, apart from every other stream of the run
@@ -58,6 +61,8 @@ class EmulatedTask:
         self.samples = 0
         self.samples_timed = 0  # the samples of the steps after the first: the rate's numerator
         self.busy_s = 0.0  # compute held in the steps after the first
+        self.checkpoints = checkpoints
+        self.checkpoint_s = 0.0  # saves in the timed span: wall time in which the accelerator did not compute
         self._first_end: float | None = None
         self._last_end: float | None = None
         # the host's CPU ticks at the first step's end and at the latest sample since
@@ -84,6 +89,10 @@ class EmulatedTask:
             self.samples_timed += samples
             if end - self._cpu_last_at >= CPU_SAMPLE_S:
                 self._cpu_last, self._cpu_last_at = _cpu_now(), end
+        if self.checkpoints is not None and self.checkpoints.due(self.steps):
+            # synchronous, as the trainers save: every accelerator waits for it
+            self.checkpoint_s += self.checkpoints.save(self.steps)  # after the span's start: counted
+            end = time.perf_counter()
         self._last_end = end
         return StepOutput(loss=torch.zeros((), dtype=torch.float64), samples=samples, compute_s=held)
 
@@ -94,7 +103,10 @@ class EmulatedTask:
         last = self._cpu_last or _cpu_now()
         if self._cpu_first is not None and last is not None:
             cpu = busy_fraction(self._cpu_first, last)
+        without = wall - self.checkpoint_s
         return {"au": self.busy_s / wall if wall > 0 else 0.0, "busy_s": self.busy_s, "wall_s": wall,
+                "checkpoint_s": self.checkpoint_s,
+                "au_without_checkpoints": self.busy_s / without if without > 0 else 0.0,
                 "steps": self.steps, "samples": self.samples, "samples_timed": self.samples_timed,
                 "host_cpu_busy": cpu}
 

@@ -1,0 +1,76 @@
+"""Emulated checkpoints inside an emulated-accelerator run (`storage.Emulation.checkpoint_every_steps`):
+every rank saves its shard of the benchmark's checkpoint at the reference flavor and this run's world
+size, synchronously, at the interval, and the stall it costs counts in the accelerators' AU.
+
+The plan is made once, by rank 0, in a process of its own (storage.checkpoint.planning), into the
+run directory; the ranks of each host are the local ranks the launcher started there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from common.distributed.collectives import run_on_rank0
+from common.distributed.setup import DistInfo
+from storage.checkpoint.emulated import EmulatedRank
+from storage.checkpoint.plan import CheckpointPlan
+from storage.checkpoint.tiled_buffer import TiledBuffer
+from storage.load_profile.block_device import disk_counters, find_block_device
+
+PLAN_DIR = "checkpoint_plan"
+
+
+class CheckpointPlanningError(RuntimeError):
+    """The plan of the emulated checkpoints could not be made (the planning process's last lines)."""
+
+
+def _make_plan(benchmark: str, flavor: str, world_size: int, ranks_per_node: int, folder: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "storage.checkpoint.planning", "--benchmark", benchmark,
+                          "--flavor", flavor, "--world-size", str(world_size), "--ranks-per-node",
+                          str(ranks_per_node), "--out", str(folder)], capture_output=True, text=True)
+    if run.returncode != 0:
+        tail = " | ".join(run.stderr.strip().splitlines()[-3:])
+        raise CheckpointPlanningError(f"planning the emulated checkpoint of {benchmark} {flavor} at {world_size} "
+                                      f"ranks failed: {tail}")
+
+
+class RunCheckpoints:
+    """This rank's saves in an emulated run: `due(step)`, `save(step)`, and what they cost."""
+
+    def __init__(self, *, benchmark: str, flavor: str, every_steps: int, root: Path, keep_last_n: int,
+                 info: DistInfo, run_dir: Path, seed: int) -> None:
+        self.every_steps = every_steps
+        folder = run_dir / PLAN_DIR
+        run_on_rank0(lambda: _make_plan(benchmark, flavor, info.world_size, info.local_world_size, folder),
+                     shared_errors=(CheckpointPlanningError,))
+        self.plan = CheckpointPlan.load(folder)
+        first = info.rank - info.local_rank
+        self.buffer = TiledBuffer(seed=info.rank)
+        root.mkdir(parents=True, exist_ok=True)
+        device, _ = find_block_device(root)
+        self.rank = EmulatedRank(self.plan, rank=info.rank, local_ranks=range(first, first + info.local_world_size),
+                                 root=root, keep_last_n=keep_last_n, buffer=self.buffer, seed=seed,
+                                 device_counters=lambda: disk_counters(device) if device else None)
+        self.saves: list[dict[str, Any]] = []
+
+    def due(self, step: int) -> bool:
+        return self.every_steps > 0 and step > 0 and step % self.every_steps == 0
+
+    def save(self, step: int) -> float:
+        """Saves at `step`; the seconds the save held this rank."""
+        times = self.rank.save(f"step_{step:09d}", metadata={"emulated": True, "step": step})
+        self.saves.append({"step": step, **dataclasses.asdict(times)})
+        return times.save_s
+
+    def record(self) -> dict[str, Any]:
+        own = [s["bytes"] for s in self.saves]
+        return {"saves": len(self.saves), "save_s": [s["save_s"] for s in self.saves], "bytes_per_save": own[-1] if own else 0,
+                "full_save_bytes": self.plan.total_bytes(), "every_steps": self.every_steps,
+                "flavor": self.plan.flavor, "world_size": self.plan.world_size}
+
+    def close(self) -> None:
+        self.buffer.close()
