@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--work-dir", type=Path, default=None, help="where the loop device's image goes")
     parser.add_argument("--plan", type=Path, default=None, help="a plan folder made before (planning takes minutes)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
-                        help="an option of the benchmark's state builder, e.g. dp_replicate=1 (FLUX.1 as FSDP)")
+                        help="an option of the benchmark's state builder (its checkpoint_state.py), e.g. dp_replicate=1")
     parser.add_argument("--accelerator", default=None)
     parser.add_argument("--out", type=Path, required=True)
     return parser
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     host = json.loads((args.out / HOST_RESULT).read_text())
     summary = summarize(plan, host, compute=compute, interval_steps=workload.interval_steps)
     summary["interval_source"] = workload.interval_source
+    summary["plan"] = str(plan.folder.resolve())
     summary["limits_mib_s"] = {"write": args.write_mib_s, "read": args.read_mib_s}
     (args.out / "checkpoint.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(lines(summary)))

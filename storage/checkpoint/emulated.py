@@ -94,6 +94,10 @@ class EmulatedRank:
         self.streams = RandomStreams(seed=seed, rank=rank)
         self._read_buffer = bytearray(READ_CHUNK_BYTES)
         self.device_counters = device_counters
+        # planning is done once, outside the saves' clock: the real DCP has it from the collective planning
+        self._save_plan = plan.save_plan(rank)
+        self._all_results = [[WriteResult(index=index, size_in_bytes=info.length, storage_data=info)
+                              for index, info in plan.metadata.storage_data.items()]] if self.first else None
 
     def _device_since(self, before: DiskCounters | None) -> dict[str, int] | None:
         after = self.device_counters()
@@ -156,9 +160,8 @@ class EmulatedRank:
     def _write_own(self, tmp_dir: Path, times: SaveTimes) -> None:
         writer = FileSystemWriter(tmp_dir, sync_files=False)  # fsynced below, timed on its own
         writer.set_up_storage_writer(self.rank == 0, rank=self.rank)
-        plan = self.plan.save_plan(self.rank)
         started = time.perf_counter()
-        results = writer.write_data(plan, TiledPlanner(self.buffer)).value()
+        results = writer.write_data(self._save_plan, TiledPlanner(self.buffer)).value()
         times.write_s = time.perf_counter() - started
         self._check(results)
         path = tmp_dir / rank_file(self.rank)
@@ -214,9 +217,7 @@ class EmulatedRank:
         writer.set_up_storage_writer(True, rank=0)
         writer.reset()
         metadata = dataclasses.replace(self.plan.metadata, storage_data=None, storage_meta=None)
-        results = [[WriteResult(index=index, size_in_bytes=info.length, storage_data=info)
-                    for index, info in self.plan.metadata.storage_data.items()]]
-        writer.finish(metadata, results)
+        writer.finish(metadata, self._all_results)
         return (tmp_dir / ".metadata").stat().st_size
 
     def _write_rank_file(self, tmp_dir: Path) -> int:

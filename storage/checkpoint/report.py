@@ -94,9 +94,10 @@ def lines(summary: dict[str, Any]) -> list[str]:
                    f"{device.get('flushes', 0)} flushes")
     for restore in summary["restores"]:
         device = restore.get("device") or {}
-        out.append(f"  restore {restore['name']}: {restore['bytes'] / GB:,.3f} GB in {restore['restore_s']:.2f} s = "
-                   f"{restore['read_gb_s'] or 0:.3f} GB/s; device: {device.get('read_bytes', 0) / GB:,.3f} GB in "
-                   f"{device.get('reads', 0):,} reads")
+        out.append(f"  restore {restore['name']}: the ranks read {restore['bytes'] / GB:,.3f} GB in "
+                   f"{restore['restore_s']:.2f} s ({restore['reads']:,} ranges); device: "
+                   f"{device.get('read_bytes', 0) / GB:,.3f} GB in {device.get('reads', 0):,} reads = "
+                   f"{device.get('read_gb_s') or 0:.3f} GB/s (ranks on one host share the page cache)")
     au = summary.get("au")
     if au and "au_factor" in au:
         out.append(f"  AU cost on {au['accelerator']} ({au['seconds_per_step']} s/step), a save every "

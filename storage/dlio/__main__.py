@@ -1,4 +1,4 @@
-"""python -m storage.dlio {export,replay} RUN_DIR
+"""python -m storage.dlio {export,replay} RUN_DIR | checkpoint OUT
 
 export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLIO 2.0.0 workload
          [--accelerator b200|mi355|h100|a100]  <model>_<accelerator>.yaml with that accelerator's
@@ -8,6 +8,9 @@ export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLI
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
          workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
          reader plugin makes per sample the reads the profile recorded and compares them too
+checkpoint  OUT is a `python -m storage.checkpoint --out` folder: writes OUT/dlio/, the DLIO checkpoint
+         workloads closest to its emulated checkpoint (MLPerf Storage's schema, DLIO 2.0.0's);
+         [--run [--root DIR]] runs DLIO 2.0.0's with the same ranks and prints the two side by side
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         from storage.dlio.replay_cli import main as replay_main
 
         return replay_main(rest)
-    print(f"error: unknown command {command!r} (export or replay)", file=sys.stderr)
+    if command == "checkpoint":
+        from storage.dlio.checkpoint_workload import main as checkpoint_main
+
+        return checkpoint_main(rest)
+    print(f"error: unknown command {command!r} (export, replay or checkpoint)", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,69 @@
+"""The DLIO checkpoint workloads of an emulated checkpoint (storage.dlio.checkpoint_workload): their
+sizes come from the plan, MLPerf Storage's schema says the world and the ZeRO stage, and DLIO 2.0.0
+runs its workload with the host's ranks, one file per rank and save of the planned bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storage.checkpoint.plan import CheckpointPlan
+from storage.dlio.checkpoint_workload import (
+    DLIO_2_DIR, MLPERF_DIR, CheckpointWorkloadError, per_rank_bytes, run_dlio_2, write_workloads)
+from tests.trainers.trainer_process import REPO, trainer_env
+
+
+@pytest.fixture(scope="module")
+def retinanet_run(tmp_path_factory) -> Path:
+    """A `python -m storage.checkpoint` run: RetinaNet tiny, ranks 0-1 of 4 (DDP: each reads the whole model)."""
+    out = tmp_path_factory.mktemp("ckpt") / "out"
+    run = subprocess.run([sys.executable, "-m", "storage.checkpoint", "--benchmark", "retinanet", "--flavor", "tiny",
+                          "--world-size", "4", "--ranks", "0-1", "--saves", "2", "--restores", "1",
+                          "--root", str(out.parent / "root"), "--out", str(out)],
+                         cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_workloads_carry_the_plans_bytes_and_world(retinanet_run, tmp_path):
+    plan = CheckpointPlan.load(retinanet_run / "plan")
+    written = write_workloads(plan, [0, 1], tmp_path, saves=3, seconds_between=217.4)
+    parts = per_rank_bytes(plan)
+    # tensor bytes only: each rank's file is a little larger (torch.save's headers)
+    for rank in range(4):
+        assert 0 < parts[rank]["model"] + parts[rank]["optimizer"] < plan.file_bytes[rank]
+    mlperf = yaml.safe_load(written[MLPERF_DIR].read_text())
+    assert mlperf["model"]["parallelism"] == {"data": 4, "tensor": 1, "pipeline": 1, "zero_stage": 3}
+    assert mlperf["model"]["model_size_bytes"] == round((parts[0]["model"] + parts[1]["model"]) / 2)
+    assert mlperf["model"]["optimization_groups"] == [round((parts[0]["optimizer"] + parts[1]["optimizer"]) / 2) // 4]
+    assert mlperf["checkpoint"]["num_checkpoints_write"] == mlperf["checkpoint"]["num_checkpoints_read"] == 3
+    assert mlperf["checkpoint"]["mode"] == "subset" and mlperf["checkpoint"]["fsync"] is True
+    assert "Not expressed" in written[MLPERF_DIR].read_text()
+    dlio_2 = yaml.safe_load(written[DLIO_2_DIR].read_text())
+    assert dlio_2["checkpoint"]["type"] == "all_ranks" and dlio_2["train"]["total_training_steps"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_dlio_2_writes_one_file_a_rank_and_save_side_by_side(retinanet_run, dlio_env):
+    run = subprocess.run([sys.executable, "-m", "storage.dlio", "checkpoint", str(retinanet_run), "--run"],
+                         cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((retinanet_run / "dlio" / "checkpoint_result.json").read_text())
+    assert result["ranks"] == 2 and len(result["checkpoint_s"]) == 2 and result["files"] == 4
+    assert result["per_rank_bytes"] * 4 <= result["bytes"] < result["per_rank_bytes"] * 4 + 4 * 4096
+    assert "emulated (DCP, fsync)" in run.stdout and "DLIO 2.0.0" in run.stdout
+
+
+def test_a_checkpoint_larger_than_memory_is_refused_before_dlio_starts(tmp_path):
+    workload = tmp_path / "big.yaml"
+    workload.write_text(yaml.safe_dump({"checkpoint": {"model_size": 10 ** 15}}))
+    with pytest.raises(CheckpointWorkloadError, match="holds each rank's checkpoint in memory"):
+        run_dlio_2(workload, python=Path(sys.executable), ranks=2, work=tmp_path / "run")
