@@ -12,10 +12,11 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from common.distributed.collectives import run_on_rank0
 from common.distributed.setup import DistInfo
+from common.run.events import Save
 from storage.checkpoint.emulated import EmulatedRank
 from storage.checkpoint.plan import CheckpointPlan
 from storage.checkpoint.tiled_buffer import TiledBuffer
@@ -42,8 +43,9 @@ class RunCheckpoints:
     """This rank's saves in an emulated run: `due(step)`, `save(step)`, and what they cost."""
 
     def __init__(self, *, benchmark: str, flavor: str, every_steps: int, root: Path, keep_last_n: int,
-                 info: DistInfo, run_dir: Path, seed: int) -> None:
+                 info: DistInfo, run_dir: Path, seed: int, on_save: Callable[[Save], None] = lambda save: None) -> None:
         self.every_steps = every_steps
+        self.on_save = on_save  # the load profile's record of each save
         folder = run_dir / PLAN_DIR
         run_on_rank0(lambda: _make_plan(benchmark, flavor, info.world_size, info.local_world_size, folder),
                      shared_errors=(CheckpointPlanningError,))
@@ -62,8 +64,11 @@ class RunCheckpoints:
 
     def save(self, step: int) -> float:
         """Saves at `step`; the seconds the save held this rank."""
-        times = self.rank.save(f"step_{step:09d}", metadata={"emulated": True, "step": step})
+        name = f"step_{step:09d}"
+        times = self.rank.save(name, metadata={"emulated": True, "step": step})
         self.saves.append({"step": step, **dataclasses.asdict(times)})
+        self.on_save(Save(step=step, path=self.rank.manager.root / name, reason="emulated", seconds=times.save_s,
+                          bytes_written=times.bytes + times.metadata_bytes))
         return times.save_s
 
     def record(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Callable
 
 from common.config.checks import read
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
+from common.run.events import Save
 from common.run.extensions import RunExtension
 from common.run.settings import RunConfig
 from common.spec import BenchmarkSpec
@@ -40,4 +41,10 @@ class EmulationExtension(RunExtension):
         if self.accelerator is None:
             return training(data)
         return emulated_plan(ctx, data, accelerator=self.accelerator, spec=self.spec,
-                             profile=lambda: self.load_profile.profile)
+                             profile=lambda: self.load_profile.profile, checkpoint_saved=self._checkpoint_saved)
+
+    def _checkpoint_saved(self, save: Save) -> None:
+        """An emulated checkpoint goes into the load profile as a trainer's save does."""
+        session = self.load_profile.session
+        if session is not None:
+            session.saved(save)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from common.config.checks import ConfigError
 from common.distributed.collectives import barrier, gather_objects
 from common.run.benchmark import DataPlan, RunContext, TrainingPlan
+from common.run.events import Save
 from common.run.loop import LoopResult
 from common.spec import BenchmarkSpec
 from storage.emulation.checkpoints import RunCheckpoints
@@ -89,7 +90,8 @@ def _memory_check(ctx: RunContext, data_dirs: Sequence[Path], client: ClientHost
             "warning": check.warning, "proactive_reclaim": reclaim}
 
 
-def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | None) -> RunCheckpoints | None:
+def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | None,
+                 on_save: Callable[[Save], None] = lambda save: None) -> RunCheckpoints | None:
     every = settings.checkpoint_every_steps
     if every == 0:
         return None
@@ -101,13 +103,15 @@ def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | Non
     return RunCheckpoints(benchmark=spec.package, flavor=settings.checkpoint_flavor or workload.reference_flavor,
                           every_steps=workload.interval_steps if every < 0 else every, root=root,
                           keep_last_n=settings.checkpoint_keep_last_n, info=ctx.info, run_dir=ctx.run_dir,
-                          seed=ctx.seed)
+                          seed=ctx.seed, on_save=on_save)
 
 
 def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccelerator, spec: BenchmarkSpec | None,
-                  profile: Callable[[], Mapping[str, Any] | None]) -> TrainingPlan:
+                  profile: Callable[[], Mapping[str, Any] | None],
+                  checkpoint_saved: Callable[[Save], None] = lambda save: None) -> TrainingPlan:
     """The plan of `accelerator` on the benchmark's data; `profile` gives the run's load profile once
-    the run has finished it (rank 0; None where it is off or was not written)."""
+    the run has finished it (rank 0; None where it is off or was not written); `checkpoint_saved` is
+    told of each emulated checkpoint save."""
     schedule = data.schedule
     local_batch = schedule.local_batch_size
     seconds = accelerator.seconds_per_step(local_batch)
@@ -122,7 +126,7 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
     client = hold_to_client_memory(ctx, accelerator.settings.client_host_memory_in_gb)
     cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
     memory = _memory_check(ctx, data.data_dirs, client)
-    checkpoints = _checkpoints(ctx, accelerator.settings, spec)
+    checkpoints = _checkpoints(ctx, accelerator.settings, spec, on_save=checkpoint_saved)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
                         rank=ctx.info.rank, count_samples=data.count_samples, checkpoints=checkpoints)
 

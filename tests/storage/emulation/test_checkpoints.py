@@ -5,6 +5,8 @@ and what they left is a complete checkpoint of the planned layout."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from common.checkpoint.files import read_json
@@ -34,6 +36,11 @@ def test_saves_every_n_steps_cost_au_and_leave_the_planned_checkpoint(tmp_path):
     assert found["au_without_checkpoints"] > report["au"]["mean"]
     assert "emulated checkpoint(s)" in proc.stdout and "an emulated checkpoint every 3 steps" in proc.stdout
     plan = CheckpointPlan.load(run_dir / "checkpoint_plan")
+    # the load profile has each rank's saves, their time and bytes, as a trainer's
+    profile = json.loads((run_dir / "load_profile.json").read_text())
+    ranks = {entry["rank"]: entry["saves"] for entry in profile["checkpoints"]}
+    assert sorted(ranks) == [0, 1] and [s["step"] for s in ranks[1]] == [3, 6]
+    assert all(s["seconds"] > 0 and s["bytes"] >= plan.file_bytes[rank] for rank in ranks for s in ranks[rank])
     assert found["full_save_bytes"] == plan.total_bytes() and found["bytes_per_save_by_these_ranks"] == sum(plan.file_bytes)
     saved = CheckpointManager(run_dir / "emulated_checkpoints").complete_checkpoints()
     assert [p.name for p in saved] == ["step_000000006", "step_000000003"]
