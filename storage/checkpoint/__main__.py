@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,16 +84,41 @@ def _plan(args: argparse.Namespace, world_size: int, folder: Path) -> Checkpoint
     return CheckpointPlan.load(folder)
 
 
+_RUNNING: list[subprocess.Popen] = []  # the launcher, while it runs (for SIGTERM)
+_STOPPED: list[int] = []  # the signal that asked the run to stop
+
+
 def _launch(args: argparse.Namespace, plan_dir: Path, root: Path, ranks: list[int], interval: int,
             wrap=lambda command: command) -> int:
     command = [sys.executable, "-m", "common.distributed.launch", "--standalone", "--nproc-per-node", str(len(ranks)),
                "-m", "storage.checkpoint.rank_main", "--plan", str(plan_dir), "--root", str(root),
                "--ranks", ",".join(map(str, ranks)), "--saves", str(args.saves), "--restores", str(args.restores),
                "--keep-last-n", str(args.keep_last_n), "--interval-steps", str(max(interval, 1)), "--out", str(args.out)]
-    return subprocess.run(wrap(command)).returncode
+    proc = subprocess.Popen(wrap(command))
+    _RUNNING.append(proc)
+    try:
+        code = proc.wait()
+    finally:
+        _RUNNING.remove(proc)
+    if _STOPPED:
+        raise SystemExit(128 + _STOPPED[0])
+    return code
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM (timeout, scancel): the launcher is told (it stops the ranks; a save they were in stays
+    a .tmp directory no restore takes), and once it has ended the run unwinds like an error, so the
+    loop device, its mount and the cgroup go. Nothing here waits: the main thread may be inside the
+    launcher's wait, whose lock a wait from this handler would never get."""
+    _STOPPED.append(signum)
+    if not _RUNNING:
+        raise SystemExit(128 + signum)
+    for proc in _RUNNING:
+        proc.send_signal(signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     args = _parser().parse_args(argv)
     try:
         spec = find(args.benchmark)
@@ -134,14 +160,19 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"the saves need {need / GB:,.1f} GB ({on_disk} on disk at once), more than --device-gib "
                          f"{args.device_gib}: give fewer --ranks or a larger device")
         work = args.work_dir or Path(tempfile.mkdtemp(prefix="mlperf-checkpoint-"))
-        free = shutil.disk_usage(work).free
-        if size_mb * MIB > free:
-            return _fail(f"a {args.device_gib} GiB loop device does not fit {work} ({free / GB:,.1f} GB free)")
-        limits = {"read_bps": args.read_mib_s * MIB if args.read_mib_s else None,
-                  "write_bps": args.write_mib_s * MIB if args.write_mib_s else None}
-        with ThrottledStorage(work, size_mb=size_mb, read_iops=None, **limits) as storage:
-            code = _launch(args, plan.folder, storage.mount / "checkpoints", ranks, workload.interval_steps,
-                           wrap=storage.wrap)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(work).free
+            if size_mb * MIB > free:
+                return _fail(f"a {args.device_gib} GiB loop device does not fit {work} ({free / GB:,.1f} GB free)")
+            limits = {"read_bps": args.read_mib_s * MIB if args.read_mib_s else None,
+                      "write_bps": args.write_mib_s * MIB if args.write_mib_s else None}
+            with ThrottledStorage(work, size_mb=size_mb, read_iops=None, **limits) as storage:
+                code = _launch(args, plan.folder, storage.mount / "checkpoints", ranks, workload.interval_steps,
+                               wrap=storage.wrap)
+        finally:
+            if args.work_dir is None:
+                shutil.rmtree(work, ignore_errors=True)
     else:
         args.root.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(args.root).free
