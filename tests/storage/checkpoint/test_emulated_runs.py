@@ -129,3 +129,25 @@ def test_checkpoints_larger_than_the_disk_are_refused_before_anything_is_written
                "--out", str(tmp_path / "out"))
     assert run.returncode == 2 and "give fewer --ranks" in run.stderr, run.stderr
     assert not (small_tmpfs / "c").exists() or list((small_tmpfs / "c").iterdir()) == []
+
+
+def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(flux_plan, tmp_path):
+    work = tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
+                             "--ranks", "0-1", "--saves", "400", "--restores", "0", "--plan", str(flux_plan),
+                             "--device-gib", "1", "--write-mib-s", "50", "--work-dir", str(work),
+                             "--out", str(tmp_path / "out")], cwd=REPO, env=trainer_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list(work.glob("mnt/checkpoints/step_*")):  # past the first complete save
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # to the command alone, as `kill` does
+    assert proc.wait(timeout=180) == 128 + signal.SIGTERM
+    assert list(work.iterdir()) == []  # the image and the mount point are gone
+    assert str(work) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert str(work) not in Path("/proc/mounts").read_text()
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout == b""
+    cgroups = [p for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/blkio"))
+               for p in root.glob(f"mlperf-throttle-{proc.pid}-*")]
+    assert cgroups == []
