@@ -5,9 +5,11 @@ block-device counters around each; the host's first rank writes `host.json` into
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,21 @@ def parse_ranks(text: str) -> list[int]:
 
 
 SAVE_FAILED = 5  # the trainers' exit status for a checkpoint that could not be written
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_launcher() -> None:
+    """torchrun starts each rank in a session of its own: a SIGKILL of the command's process group
+    (kill -9 -PGID) would leave the ranks writing on. With this, a rank gets SIGKILL when its
+    launcher dies, and a save it was in stays a .tmp directory."""
+    launcher = os.getppid()
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != launcher:  # the launcher was gone before the call took effect
+        os._exit(1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _die_with_the_launcher()
     return run(args)
 
 

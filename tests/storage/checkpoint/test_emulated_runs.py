@@ -37,6 +37,13 @@ def flux_plan(tmp_path_factory) -> Path:
     return _plan(tmp_path_factory.mktemp("plans"), "flux", "flux-tiny", 4, 2)
 
 
+@pytest.fixture(scope="module")
+def retinanet_plan(tmp_path_factory) -> Path:
+    """RetinaNet at its reference size on 8 ranks: a save of ranks 0-1 writes 0.45 GB (their files and
+    what they read of the others'), long enough to be caught in the middle."""
+    return _plan(tmp_path_factory.mktemp("plans"), "retinanet", "reference", 8, 8)
+
+
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "storage.checkpoint", *args], cwd=REPO, env=trainer_env(),
                           capture_output=True, text=True, timeout=600, **kwargs)
@@ -70,11 +77,11 @@ def test_a_host_of_the_second_node_saves_its_ranks_and_restores_what_they_hold(f
     assert "[checkpoint] error" not in run.stderr
 
 
-def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(flux_plan, tmp_path):
+def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(retinanet_plan, tmp_path):
     root = tmp_path / "root"
-    proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
-                             "--ranks", "0-1", "--saves", "400", "--restores", "0", "--keep-last-n", "2",
-                             "--plan", str(flux_plan), "--root", str(root), "--out", str(tmp_path / "out")],
+    proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "retinanet", "--world-size",
+                             "8", "--ranks", "0-1", "--saves", "400", "--restores", "0", "--keep-last-n", "2",
+                             "--plan", str(retinanet_plan), "--root", str(root), "--out", str(tmp_path / "out")],
                             cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 300
@@ -85,8 +92,11 @@ def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(flux_plan
     time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
     while not any(p.name.endswith(".tmp") for p in root.iterdir()):
         assert proc.poll() is None and time.monotonic() < deadline
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # the command and its launcher; the ranks (own sessions) die with it
     proc.wait(timeout=60)
+    while subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout:
+        assert time.monotonic() < deadline, "a rank outlived its launcher"
+        time.sleep(0.05)
     assert any(p.name.endswith(".tmp") for p in root.iterdir())  # killed inside a save
     complete = CheckpointManager(root).complete_checkpoints()
     assert complete
@@ -95,8 +105,8 @@ def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(flux_plan
     for directory in (p for p in root.iterdir() if p.is_dir() and p not in complete):
         assert directory.name.endswith(".tmp") and not (directory / MARKER_FILE).exists(), directory
     # a relaunch sweeps what the kill left and saves again
-    run = _cli("--benchmark", "flux", "--world-size", "4", "--ranks", "0-1", "--saves", "1", "--restores", "1",
-               "--keep-last-n", "2", "--plan", str(flux_plan), "--root", str(root), "--out", str(tmp_path / "again"))
+    run = _cli("--benchmark", "retinanet", "--world-size", "8", "--ranks", "0-1", "--saves", "1", "--restores", "1",
+               "--keep-last-n", "2", "--plan", str(retinanet_plan), "--root", str(root), "--out", str(tmp_path / "again"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert not any(p.name.endswith(".tmp") for p in root.iterdir())
 
