@@ -44,6 +44,13 @@ def retinanet_plan(tmp_path_factory) -> Path:
     return _plan(tmp_path_factory.mktemp("plans"), "retinanet", "reference", 8, 8)
 
 
+def _own_tmp(tmp_path: Path) -> dict:
+    """The environment of a run the test kills: its temporary files (the launcher's status folder)
+    under the test's own directory, not left in /tmp."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return trainer_env({"TMPDIR": str(tmp_path / "tmp")})
+
+
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "storage.checkpoint", *args], cwd=REPO, env=trainer_env(),
                           capture_output=True, text=True, timeout=600, **kwargs)
@@ -82,7 +89,7 @@ def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(retinanet
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "retinanet", "--world-size",
                              "8", "--ranks", "0-1", "--saves", "400", "--restores", "0", "--keep-last-n", "2",
                              "--plan", str(retinanet_plan), "--root", str(root), "--out", str(tmp_path / "out")],
-                            cwd=REPO, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=REPO, env=_own_tmp(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 300
     # past the first complete save, then at a random moment while a save is being written
@@ -146,7 +153,7 @@ def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(fl
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
                              "--ranks", "0-1", "--saves", "400", "--restores", "0", "--plan", str(flux_plan),
                              "--device-gib", "1", "--write-mib-s", "50", "--work-dir", str(work),
-                             "--out", str(tmp_path / "out")], cwd=REPO, env=trainer_env(),
+                             "--out", str(tmp_path / "out")], cwd=REPO, env=_own_tmp(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list(work.glob("mnt/checkpoints/step_*")):  # past the first complete save
