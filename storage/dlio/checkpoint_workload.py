@@ -21,6 +21,7 @@ tensors it holds in memory, without fsync, and never reads a checkpoint back.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
 import yaml
 
 from storage.checkpoint.plan import CheckpointPlan, rank_of_file
@@ -53,13 +55,8 @@ def per_rank_bytes(plan: CheckpointPlan) -> list[dict[str, int]]:
     for index, info in plan.metadata.storage_data.items():
         entry = plan.metadata.state_dict_metadata[index.fqn]
         chunk = next(c for c in entry.chunks if c.offsets == index.offset)
-        count = 1
-        for size in chunk.sizes:
-            count *= size
-        element = {"torch.float32": 4, "torch.float64": 8, "torch.bfloat16": 2, "torch.float16": 2,
-                   "torch.int64": 8, "torch.int32": 4, "torch.uint8": 1, "torch.int8": 1, "torch.bool": 1}
-        out[rank_of_file(info.relative_path)]["optimizer" if _is_optimizer(index.fqn) else "model"] += \
-            count * element[str(entry.properties.dtype)]
+        nbytes = math.prod(chunk.sizes) * torch.empty((), dtype=entry.properties.dtype).element_size()
+        out[rank_of_file(info.relative_path)]["optimizer" if _is_optimizer(index.fqn) else "model"] += nbytes
     return out
 
 

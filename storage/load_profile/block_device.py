@@ -45,22 +45,6 @@ def find_block_device(path: Path | str) -> tuple[str | None, str | None]:
     return name, None
 
 
-def diskstats(device: str) -> tuple[int, int] | None:
-    """(reads completed, bytes read) of `device` since boot; None where it or /proc/diskstats is missing."""
-    try:
-        lines = DISKSTATS.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 5 and fields[2] == device:
-            try:
-                return int(fields[3]), int(fields[5]) * SECTOR_BYTES
-            except ValueError:  # a measurement never fails the run that it measures
-                return None
-    return None
-
-
 @dataclasses.dataclass(frozen=True)
 class DiskCounters:
     """One /proc/diskstats line's counters since boot (the kernel's iostats fields)."""
@@ -89,9 +73,15 @@ def disk_counters(device: str) -> DiskCounters | None:
                 flushes = int(fields[18]) if len(fields) > 18 else 0
                 return DiskCounters(reads=int(fields[3]), read_bytes=int(fields[5]) * SECTOR_BYTES,
                                     writes=int(fields[7]), write_bytes=int(fields[9]) * SECTOR_BYTES, flushes=flushes)
-            except ValueError:
+            except ValueError:  # a measurement never fails the run that it measures
                 return None
     return None
+
+
+def diskstats(device: str) -> tuple[int, int] | None:
+    """(reads completed, bytes read) of `device` since boot; None where it or /proc/diskstats is missing."""
+    counters = disk_counters(device)
+    return None if counters is None else (counters.reads, counters.read_bytes)
 
 
 class DeviceReads:

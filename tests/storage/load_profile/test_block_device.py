@@ -49,6 +49,8 @@ def test_counters_are_reads_completed_and_sectors_of_512_bytes(tmp_path, monkeyp
                      " 259       1 nvme0n1p1 1200 30 8000 500 7 0 56 9 0 100 509 0 0 0 0\n")
     monkeypatch.setattr(block_device, "DISKSTATS", stats)
     assert diskstats("nvme0n1p1") == (1200, 8000 * 512)
+    assert block_device.disk_counters("nvme0n1p1") == block_device.DiskCounters(
+        reads=1200, read_bytes=8000 * 512, writes=7, write_bytes=56 * 512, flushes=0)
     assert diskstats("nvme0n1") is None  # a whole-disk name is not its partition's
     monkeypatch.setattr(block_device, "DISKSTATS", tmp_path / "absent")
     assert diskstats("loop0") is None
