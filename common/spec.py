@@ -65,12 +65,24 @@ class CheckpointWorkload:
 
 
 @dataclasses.dataclass(frozen=True)
+class ComputeWorkload:
+    """How storage.compute profiles the benchmark's step (FLOPs, memory, collectives)."""
+
+    model_builder: str  # "module:function": (flavor, world_size, ranks_per_node, batch_per_rank, **options) -> ComputeModel
+    reference_flavor: str
+    reference_global_batch: int
+    reference_world_sizes: tuple[int, ...]  # the worlds the project's table shows
+    ranks_per_node: int
+
+
+@dataclasses.dataclass(frozen=True)
 class BenchmarkSpec:
     package: str  # the Python package: `python -m <package>.train`, the gin module, the run directory
     title: str  # how people call the model (DLRM-HSTU, RetinaNet, FLUX.1)
     mlperf_name: str  # MLPerf Training's name: submission_benchmark in the mllog
     storage: StorageWorkload | None = None  # None: no storage workload (the storage toolkit refuses it by name)
     checkpoint: CheckpointWorkload | None = None  # None: its checkpoint is not emulated
+    compute: ComputeWorkload | None = None  # None: no compute profile
 
     @property
     def train_module(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, ComputeWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from flux.data.layout import REFERENCE_NUM_TRAIN
 
 SPEC = BenchmarkSpec(
@@ -31,4 +31,7 @@ SPEC = BenchmarkSpec(
         state_builder="flux.checkpoint_state:app_state_on_meta", reference_flavor="flux-schnell",
         reference_world_size=64, ranks_per_node=8, interval_steps=1000,
         interval_source="the MLCommons FLUX.1 run.sub: ENABLE_CHECKPOINTING=True passes --checkpoint.interval=1000"),
+    compute=ComputeWorkload(
+        model_builder="flux.compute_model:compute_model", reference_flavor="flux-schnell", reference_global_batch=512,
+        reference_world_sizes=(8, 64), ranks_per_node=8),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, ComputeWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from recommendation_v4.data.layout import YAMBDA_5B_TRAIN_SAMPLES
 
 SPEC = BenchmarkSpec(
@@ -36,4 +36,7 @@ SPEC = BenchmarkSpec(
         state_builder="recommendation_v4.checkpoint_state:app_state_on_meta", reference_flavor="reference",
         reference_world_size=16, ranks_per_node=8, interval_steps=1000,
         interval_source="DLRMv4 PR 889's global-step cadence (its example: every 1000 steps)"),
+    compute=ComputeWorkload(
+        model_builder="recommendation_v4.compute_model:compute_model", reference_flavor="reference", reference_global_batch=8192,
+        reference_world_sizes=(8, 16), ranks_per_node=8),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import BenchmarkSpec, CheckpointWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
+from common.spec import BenchmarkSpec, CheckpointWorkload, ComputeWorkload, PublishedDatagen, PublishedWorkload, StorageWorkload
 from retinanet.data.layout import REFERENCE_NUM_TRAIN_IMAGES
 
 SPEC = BenchmarkSpec(
@@ -32,4 +32,7 @@ SPEC = BenchmarkSpec(
         reference_world_size=8, ranks_per_node=8, interval_steps=4572,
         interval_source="once per epoch (1,170,301 images at the reference global batch 256): this project's "
                         "choice, the reference recipe sets no cadence"),
+    compute=ComputeWorkload(
+        model_builder="retinanet.compute_model:compute_model", reference_flavor="reference", reference_global_batch=256,
+        reference_world_sizes=(8,), ranks_per_node=8),
 )

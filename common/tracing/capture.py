@@ -43,6 +43,11 @@ def trace_file(run_dir: str | Path, step: int, rank: int) -> Path:
     return Path(run_dir) / TRACES_DIR / f"step{step}_rank{rank}.json.gz"
 
 
+def et_file(run_dir: str | Path, step: int, rank: int) -> Path:
+    """Where rank `rank` writes the execution trace of the window that starts at global step `step`."""
+    return Path(run_dir) / TRACES_DIR / f"step{step}_rank{rank}.et.json"
+
+
 def _int_tuple(value: object) -> tuple[int, ...] | None:
     """The value as a tuple of ints (gin hands over lists), or None when it is not one."""
     if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
@@ -61,12 +66,13 @@ class TraceConfig:
     record_shapes: bool = False
     profile_memory: bool = False
     with_stack: bool = False
+    execution_trace: bool = False  # also a PyTorch execution trace per window (Chakra's input), see et_file
     ranks: tuple[int, ...] = ()  # ranks that trace; () = every rank
 
     def __post_init__(self) -> None:
         require_int(self, "active_steps", minimum=1)
         require_int(self, "warmup_steps", minimum=0)
-        for name in ("record_shapes", "profile_memory", "with_stack"):
+        for name in ("record_shapes", "profile_memory", "with_stack", "execution_trace"):
             require(self, name, isinstance(getattr(self, name), bool), "True or False")
         steps = _int_tuple(self.steps)
         require(self, "steps", steps is not None and all(s >= 1 for s in steps), "a list of ints >= 1")
@@ -106,6 +112,7 @@ class _Window:
     first: int  # the first step the profiler runs (warm-up starts here)
     last: int  # the last recorded step
     profiler: Any  # torch.profiler.profile
+    et_partial: Path | None = None  # where the execution trace observer writes, renamed when the window ends
     recorded: list[int] = dataclasses.field(default_factory=list)
     span: Any = None  # the open ProfilerStep#<step> record_function
 
@@ -185,7 +192,7 @@ class StepTracer:
         last = start + self.config.active_steps - 1
         window = _Window(start=start, first=step, last=last, profiler=None)
         try:
-            window.profiler = self._profiler(warmup=start - step, active=self.config.active_steps)
+            window.profiler = self._profiler(window, warmup=start - step, active=self.config.active_steps)
             self._window = window
             window.profiler.start()
         except Exception as error:  # noqa: BLE001 - tracing must never stop training
@@ -193,8 +200,8 @@ class StepTracer:
             return None
         return window
 
-    def _profiler(self, *, warmup: int, active: int) -> Any:
-        from torch.profiler import ProfilerAction, ProfilerActivity, profile
+    def _profiler(self, window: _Window, *, warmup: int, active: int) -> Any:
+        from torch.profiler import ExecutionTraceObserver, ProfilerAction, ProfilerActivity, profile
 
         def schedule(k: int) -> ProfilerAction:  # k: steps since the profiler started
             if k < warmup:
@@ -208,12 +215,19 @@ class StepTracer:
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":  # ROCm builds report their GPUs as CUDA too
             activities.append(ProfilerActivity.CUDA)
+        observer = None
+        if self.config.execution_trace:
+            final = et_file(self.run_dir, window.start, self.rank)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            window.et_partial = final.with_name(f".{final.name}.partial")
+            observer = ExecutionTraceObserver().register_callback(str(window.et_partial))
         prof = profile(
             activities=activities,
             schedule=schedule,
             record_shapes=self.config.record_shapes,
             profile_memory=self.config.profile_memory,
             with_stack=self.config.with_stack,
+            execution_trace_observer=observer,
         )
         # our own ProfilerStep#<global step> spans replace torch's #0, #1, ... (which would also
         # run from one step's end to the next step's end)
@@ -252,7 +266,10 @@ class StepTracer:
             self._fail(window, "not written", error, stopped=True)
             return
         if not window.recorded:  # closed during the warm-up: nothing to write
+            if window.et_partial is not None:
+                window.et_partial.unlink(missing_ok=True)
             return
+        self._keep_execution_trace(window)
         partial = path.with_name(f".{path.name[: -len('.json.gz')]}.partial.json.gz")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +283,16 @@ class StepTracer:
                 pass
             return
         self.written.append(path)
+
+    def _keep_execution_trace(self, window: _Window) -> None:
+        if window.et_partial is None:
+            return
+        final = et_file(self.run_dir, window.start, self.rank)
+        try:
+            os.replace(window.et_partial, final)
+            self.written.append(final)
+        except OSError as error:
+            self._fail(window, "execution trace not written", error, stopped=True)
 
     def _metadata(self, window: _Window) -> dict[str, object]:
         return {
@@ -290,6 +317,8 @@ class StepTracer:
         _warn(f"trace of step {window.start} on rank {self.rank} {outcome} ({path}): {type(error).__name__}: {error}")
         if self._window is window:
             self._window = None
+        if window.et_partial is not None and stopped:
+            window.et_partial.unlink(missing_ok=True)
         if not stopped and window.profiler is not None:
             try:  # leave no profiler running behind a failed window
                 if window.span is not None:

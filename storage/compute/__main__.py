@@ -1,0 +1,92 @@
+"""Print a benchmark's compute profile at any flavor, batch and world size, without training.
+
+    python -m storage.compute --benchmark flux --world-size 64            # the reference flavor and batch
+    python -m storage.compute --benchmark recommendation_v4 --world-size 16 --out dlrm16.json
+    python -m storage.compute --table                                      # all three at reference scale
+
+Exit 2 on a bad argument (an unknown benchmark, flavor or option names itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from common.registry import RegistryError, find, specs
+from storage.compute.profile import build_profile
+from storage.compute.report import render_profile, render_table, resolve_builder
+
+
+def profile_benchmark(benchmark: str, *, flavor: str | None = None, world_size: int | None = None,
+                      ranks_per_node: int | None = None, batch_per_rank: int | None = None,
+                      with_memory: bool = True, **options: Any) -> dict[str, Any]:
+    spec = find(benchmark)
+    if spec.compute is None:
+        raise RegistryError(f"benchmark {benchmark!r} has no compute profile")
+    compute = spec.compute
+    world = world_size or compute.reference_world_sizes[0]
+    if batch_per_rank is None:
+        if compute.reference_global_batch % world:
+            raise ValueError(f"--world-size {world} does not divide the reference global batch "
+                             f"{compute.reference_global_batch}; give --batch-per-rank")
+        batch_per_rank = compute.reference_global_batch // world
+    builder = resolve_builder(compute.model_builder)
+    model = builder(flavor or compute.reference_flavor, world, ranks_per_node or compute.ranks_per_node,
+                    batch_per_rank, **options)
+    return build_profile(model, with_memory=with_memory)
+
+
+def _options(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any]:
+    options = {}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            parser.error(f"--option {text!r}: expected KEY=JSON")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            parser.error(f"--option {text!r}: the value after '=' must be JSON")
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m storage.compute", description=__doc__.split("\n")[0])
+    parser.add_argument("--benchmark", help="a registered benchmark (its package name)")
+    parser.add_argument("--flavor")
+    parser.add_argument("--world-size", type=int)
+    parser.add_argument("--ranks-per-node", type=int)
+    parser.add_argument("--batch-per-rank", type=int)
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                        help="an option of the benchmark's compute model (its compute_model.py), e.g. dp_replicate=8")
+    parser.add_argument("--no-memory", action="store_true", help="skip the activation measurement (faster)")
+    parser.add_argument("--table", action="store_true", help="every benchmark at its reference worlds")
+    parser.add_argument("--out", type=Path, help="also write the profile(s) as JSON here")
+    args = parser.parse_args(argv)
+    if not args.table and not args.benchmark:
+        parser.error("give --benchmark NAME or --table")
+    warnings.filterwarnings("ignore", module="torch.distributed._tools")
+    try:
+        if args.table:
+            profiles = [profile_benchmark(s.package, world_size=world, with_memory=not args.no_memory)
+                        for s in specs() if s.compute is not None for world in s.compute.reference_world_sizes]
+            print(render_table(profiles))
+            result: Any = profiles
+        else:
+            result = profile_benchmark(args.benchmark, flavor=args.flavor, world_size=args.world_size,
+                                       ranks_per_node=args.ranks_per_node, batch_per_rank=args.batch_per_rank,
+                                       with_memory=not args.no_memory, **_options(parser, args.option))
+            print(render_profile(result))
+    except (RegistryError, KeyError, ValueError, TypeError) as error:
+        print(f"python -m storage.compute: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
