@@ -69,6 +69,7 @@ class ComputeWorkload:
     """How storage.compute profiles the benchmark's step (FLOPs, memory, collectives)."""
 
     model_builder: str  # "module:function": (flavor, world_size, ranks_per_node, batch_per_rank, **options) -> ComputeModel
+    run_builder: str  # "module:function": (training plan, dist info) -> ComputeModel of a run, from its gin config
     reference_flavor: str
     reference_global_batch: int
     reference_world_sizes: tuple[int, ...]  # the worlds the project's table shows

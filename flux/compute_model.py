@@ -107,3 +107,17 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
                f"{shapes.latent_channels}x{shapes.latent_height}x{shapes.latent_width} latents "
                f"({shapes.image_tokens} image tokens)"],
     )
+
+
+def for_run(plan: Any, info: Any) -> ComputeModel:
+    """The compute model of the run being trained: its gin-bound TrainConfig, its data's shapes, its
+    world and batch per rank (storage.load_profile's compute section)."""
+    config = TrainConfig()
+    if config.parallelism != "fsdp":
+        raise ValueError(f"flux.TrainConfig.parallelism={config.parallelism!r}: only FSDP2/HSDP is modelled")
+    source = getattr(plan.data.loader, "source", None)
+    shapes = getattr(getattr(source, "source", source), "shapes", None)
+    return compute_model(config.flavor, info.world_size, info.local_world_size, plan.data.schedule.local_batch_size,
+                         dp_replicate=config.dp_replicate, model_overrides=config.model_overrides,
+                         shapes=shapes if isinstance(shapes, FluxShapes) else None, bf16=config.bf16,
+                         activation_checkpointing=config.activation_checkpointing)

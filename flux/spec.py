@@ -32,6 +32,7 @@ SPEC = BenchmarkSpec(
         reference_world_size=64, ranks_per_node=8, interval_steps=1000,
         interval_source="the MLCommons FLUX.1 run.sub: ENABLE_CHECKPOINTING=True passes --checkpoint.interval=1000"),
     compute=ComputeWorkload(
-        model_builder="flux.compute_model:compute_model", reference_flavor="flux-schnell", reference_global_batch=512,
+        model_builder="flux.compute_model:compute_model", run_builder="flux.compute_model:for_run",
+        reference_flavor="flux-schnell", reference_global_batch=512,
         reference_world_sizes=(8, 64), ranks_per_node=8),
 )

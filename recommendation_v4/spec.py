@@ -37,6 +37,7 @@ SPEC = BenchmarkSpec(
         reference_world_size=16, ranks_per_node=8, interval_steps=1000,
         interval_source="DLRMv4 PR 889's global-step cadence (its example: every 1000 steps)"),
     compute=ComputeWorkload(
-        model_builder="recommendation_v4.compute_model:compute_model", reference_flavor="reference", reference_global_batch=8192,
+        model_builder="recommendation_v4.compute_model:compute_model", run_builder="recommendation_v4.compute_model:for_run",
+        reference_flavor="reference", reference_global_batch=8192,
         reference_world_sizes=(8, 16), ranks_per_node=8),
 )

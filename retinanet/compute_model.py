@@ -71,3 +71,10 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
                "(the frozen stem and layer1 have no gradients)",
                "the loss (anchor matching, focal and box terms) is not counted: about 1 GFLOP per image"],
     )
+
+
+def for_run(plan: Any, info: Any) -> ComputeModel:
+    """The compute model of the run being trained (its gin-bound TrainConfig, world and batch per rank)."""
+    config = TrainConfig()
+    return compute_model(config.flavor, info.world_size, info.local_world_size, plan.data.schedule.local_batch_size,
+                         model_overrides=config.model_overrides, amp=config.amp)

@@ -33,6 +33,7 @@ SPEC = BenchmarkSpec(
         interval_source="once per epoch (1,170,301 images at the reference global batch 256): this project's "
                         "choice, the reference recipe sets no cadence"),
     compute=ComputeWorkload(
-        model_builder="retinanet.compute_model:compute_model", reference_flavor="reference", reference_global_batch=256,
+        model_builder="retinanet.compute_model:compute_model", run_builder="retinanet.compute_model:for_run",
+        reference_flavor="reference", reference_global_batch=256,
         reference_world_sizes=(8,), ranks_per_node=8),
 )

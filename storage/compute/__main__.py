@@ -3,6 +3,7 @@
     python -m storage.compute --benchmark flux --world-size 64            # the reference flavor and batch
     python -m storage.compute --benchmark recommendation_v4 --world-size 16 --out dlrm16.json
     python -m storage.compute --table                                      # all three at reference scale
+    python -m storage.compute --compute-times                              # the roofline beside storage.compute_times
 
 Exit 2 on a bad argument (an unknown benchmark, flavor or option names itself).
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.registry import RegistryError, find, specs
+from storage.compute.bounds import compute_time_bounds, render_bounds
 from storage.compute.profile import build_profile
 from storage.compute.report import render_profile, render_table, resolve_builder
 
@@ -64,12 +66,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="an option of the benchmark's compute model (its compute_model.py), e.g. dp_replicate=8")
     parser.add_argument("--no-memory", action="store_true", help="skip the activation measurement (faster)")
     parser.add_argument("--table", action="store_true", help="every benchmark at its reference worlds")
+    parser.add_argument("--compute-times", action="store_true",
+                        help="each compute-time table row beside its roofline lower bound")
     parser.add_argument("--out", type=Path, help="also write the profile(s) as JSON here")
     args = parser.parse_args(argv)
-    if not args.table and not args.benchmark:
-        parser.error("give --benchmark NAME or --table")
+    if not args.table and not args.benchmark and not args.compute_times:
+        parser.error("give --benchmark NAME, --table or --compute-times")
     warnings.filterwarnings("ignore", module="torch.distributed._tools")
     try:
+        if args.compute_times:
+            for spec in specs():
+                for line in render_bounds(spec, compute_time_bounds(spec)):
+                    print(line)
+            return 0
         if args.table:
             profiles = [profile_benchmark(s.package, world_size=world, with_memory=not args.no_memory)
                         for s in specs() if s.compute is not None for world in s.compute.reference_world_sizes]

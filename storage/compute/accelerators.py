@@ -45,6 +45,10 @@ ACCELERATORS: dict[str, Accelerator] = {
     "h200": Accelerator(
         "NVIDIA H200 SXM", 989e12, 141e9, 4.8e12, 0.45e12, _CX7,
         "NVIDIA H200 datasheet (141 GB, 4.8 TB/s; the H100's compute and NVLink 900 GB/s)"),
+    "a100": Accelerator(
+        "NVIDIA A100 SXM 80GB", 312e12, 80e9, 2.039e12, 0.3e12, 200e9 / 8,
+        "NVIDIA A100 datasheet (312 TFLOP/s dense BF16, 2,039 GB/s, NVLink 600 GB/s bidirectional); one "
+        "200 Gb/s HDR NIC per GPU as in DGX A100"),
     "mi350x": Accelerator(
         "AMD Instinct MI350X", 2.3e15, 288e9, 8.0e12, None, _CX7,
         "288 GB HBM3E at 8 TB/s (AMD launch coverage); 2.3 PFLOP/s dense BF16 from the MLCommons recommendation reference's "
@@ -55,8 +59,12 @@ ACCELERATORS: dict[str, Accelerator] = {
 }
 
 
+# MLPerf Storage's accelerator names where they differ from the table's keys
+ALIASES = {"mi355": "mi355x", "mi350": "mi350x"}
+
+
 def get_accelerator(name: str) -> Accelerator:
-    key = name.lower()
+    key = ALIASES.get(name.lower(), name.lower())
     if key not in ACCELERATORS:
         raise KeyError(f"unknown accelerator {name!r}; known: {sorted(ACCELERATORS)}")
     return ACCELERATORS[key]
@@ -103,4 +111,5 @@ def roofline(*, flops: float, memory_bytes: float, collectives: list[Collective]
     }
     known = {k: v for k, v in bounds.items() if v is not None}
     limit = max(known, key=known.get)
-    return {**bounds, "step_s": known[limit], "bound_by": limit[:-2]}
+    bound_by = limit[:-2] if bounds["network_s"] is not None else f"{limit[:-2]}; network rate unknown"
+    return {**bounds, "step_s": known[limit], "bound_by": bound_by}

@@ -42,7 +42,12 @@ class ComputeModel:
     state: StateBytes
     collectives: list[Collective]  # per rank per step
     parameters: int  # of the whole model
-    extra_memory_traffic: int = 0  # per rank per step, beyond the optimizer's (embedding rows, ...)
+    # the share of the counted attention FLOPs the mask needs (the rest multiplies masked-out pairs):
+    # the roofline's compute bound counts only those
+    attention_needed: float = 1.0
+    extra_memory_traffic: int = 0
+    # activations per sample and how they were found, where the generic measurement would mislead
+    activations: Callable[[], tuple[float, str]] | None = None  # per rank per step, beyond the optimizer's (embedding rows, ...)
     notes: list[str] = dataclasses.field(default_factory=list)
     reference_cost: dict | None = None  # the reference's own per-sample cost, where it states one
 

@@ -21,6 +21,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from storage.compute.accelerators import ACCELERATORS, roofline
 from storage.compute.collectives import as_json, totals_by_kind
+from storage.compute.live_bytes import LiveBytes
 from storage.compute.model import ComputeModel
 from storage.compute.tally import KINDS, OpTally
 
@@ -67,6 +68,20 @@ def activation_bytes(model: ComputeModel, samples: int) -> int:
     return peak
 
 
+def live_activation_bytes(model: ComputeModel, samples: int) -> int:
+    """The same measure by storage.compute.live_bytes, for models MemTracker cannot follow."""
+    module = model.build(model.activation_checkpointing)
+    hooks = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+             for p in module.parameters() if p.requires_grad]
+    tracker = LiveBytes()
+    with tracker:
+        loss = model.loss(module, samples)
+        loss.backward()
+    for hook in hooks:
+        hook.remove()
+    return tracker.peak
+
+
 def _per_sample(value: float, samples: int) -> float:
     return value / samples
 
@@ -84,12 +99,16 @@ def flops_section(model: ComputeModel) -> dict[str, Any]:
     by_module = {m: _per_sample(v, n) for m, v in forward.by_module().items()}
     bytes_by_kind = {k: _per_sample(forward.bytes_by_kind.get(k, 0) + backward.bytes_by_kind.get(k, 0), n)
                      for k in KINDS}
+    hardware = _per_sample(forward.total() + backward.total(), n) + recompute
     return {
         "forward": _per_sample(forward.total(), n),
         "backward": _per_sample(backward.total(), n),
         "model": _per_sample(forward.total() + backward.total(), n),
         "recompute": recompute,
-        "hardware": _per_sample(forward.total() + backward.total(), n) + recompute,
+        "hardware": hardware,
+        "attention_needed": model.attention_needed,
+        # what the step needs at least: the attention pairs its mask keeps (the roofline's compute bound)
+        "least": hardware - (1.0 - model.attention_needed) * by_kind["attention"],
         "by_kind": by_kind,
         "by_module_forward": by_module,
         "unfused_tensor_bytes_by_kind": bytes_by_kind,
@@ -103,18 +122,23 @@ def memory_section(model: ComputeModel) -> dict[str, Any]:
     section: dict[str, Any] = {
         "parameters": state.parameters, "gradients": state.gradients, "optimizer": state.optimizer,
         "transient": state.transient, "transient_what": state.transient_what}
+    if model.activations is not None:
+        per_sample, how = model.activations()
+        at_batch = int(round(per_sample * model.batch_per_rank))
+        section.update(activations=at_batch, total=state.total + at_batch, activations_how=how)
+        return section
+    tool = "MemTracker"
     try:
         one, two = activation_bytes(model, n), activation_bytes(model, 2 * n)
-    except Exception as error:  # noqa: BLE001 - the rest of the profile stands without it
-        section.update(activations=None, total=state.total,
-                       activations_how=f"not measured: torch's MemTracker failed on this model "
-                                       f"({type(error).__name__}: {str(error)[:120]})")
-        return section
+    except Exception as error:  # noqa: BLE001 - e.g. TorchRec's JaggedTensor outputs defeat its module hooks
+        tool = (f"storage.compute.live_bytes (torch's MemTracker failed on this model: {type(error).__name__}: "
+                f"{str(error)[:80]})")
+        one, two = live_activation_bytes(model, n), live_activation_bytes(model, 2 * n)
     slope = (two - one) / n
     at_batch = int(round(one + slope * (model.batch_per_rank - n)))
     section.update(
         activations=at_batch, total=state.total + at_batch,
-        activations_how=(f"MemTracker peak beyond parameters (activations, temporaries, gradients in flight) at "
+        activations_how=(f"{tool}: peak beyond parameters (activations, temporaries, gradients in flight) at "
                          f"{n} and {2 * n} samples ({one:,} and {two:,} B), linear to {model.batch_per_rank}"
                          + (", with activation checkpointing" if model.activation_checkpointing else "")))
     return section
@@ -124,12 +148,13 @@ def build_profile(model: ComputeModel, *, with_memory: bool = True) -> dict[str,
     torch.manual_seed(0)
     flops = flops_section(model)
     step_flops = flops["hardware"] * model.batch_per_rank
+    least_step_flops = flops["least"] * model.batch_per_rank
     memory = memory_section(model) if with_memory else None
     state = model.state
     least_traffic = 2 * (state.parameters + state.gradients + state.optimizer) + model.extra_memory_traffic
     rooflines = {}
     for key, accelerator in ACCELERATORS.items():
-        rooflines[key] = roofline(flops=step_flops, memory_bytes=least_traffic, collectives=model.collectives,
+        rooflines[key] = roofline(flops=least_step_flops, memory_bytes=least_traffic, collectives=model.collectives,
                                   accelerator=accelerator, ranks_per_node=model.ranks_per_node)
     return {
         "benchmark": model.benchmark, "flavor": model.flavor, "world_size": model.world_size,

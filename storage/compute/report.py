@@ -30,7 +30,9 @@ def render_profile(p: dict[str, Any]) -> str:
         f"{p['parameters']:,} parameters",
         f"GFLOP per sample: forward {_g(f['forward'])}, backward {_g(f['backward'])}, model {_g(f['model'])}"
         + (f", recompute {_g(f['recompute'])} (activation checkpointing)" if f["recompute"] else "")
-        + f"; per rank and step {p['flops_per_rank_step'] / 1e12:,.2f} TFLOP",
+        + f"; per rank and step {p['flops_per_rank_step'] / 1e12:,.2f} TFLOP"
+        + (f"; the mask needs {f['attention_needed']:.1%} of the attention's: {_g(f['least'])} per sample at least"
+           if f["attention_needed"] < 1 else ""),
         "  by kind: " + ", ".join(f"{k} {_g(f['by_kind'][k])}" for k in OPERATOR_KINDS if f["by_kind"][k]),
         "  forward by module: " + ", ".join(f"{m} {_g(v)}" for m, v in f["by_module_forward"].items() if v >= 1e6),
     ]

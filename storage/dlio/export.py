@@ -314,7 +314,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
              f"read_threads {threads}" + (": that DLIO reads 1 as unset and picks min(cpus per rank, 8); run it "
                                           "with DLIO_MAX_AUTO_THREADS=1 to keep one." if threads == 1 else "."),
              f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
-             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile)]
+             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile), *compute_notes(profile)]
     datagen = {
         "model": model_section,
         "framework": "pytorch",
@@ -334,6 +334,22 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         f"{model}_datagen_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, "
                                                         "measured.", lines=datagen_lines), datagen),
     }
+
+
+def compute_notes(profile: dict[str, Any]) -> list[str]:
+    """The run's compute load (the profile's 'compute' section, storage.compute), for the readers of
+    the export: what an accelerator's step is made of where this run measured it on another device."""
+    c = profile.get("compute")
+    if not c:
+        return []
+    f = c["flops_per_sample"]
+    comm = ", ".join(f"{kind} {row['sent_bytes'] / 1e6:,.3f} MB" for kind, row in
+                     c["communication_per_rank_step"]["by_kind"].items())
+    roof = ", ".join(f"{name} {r['step_s'] * 1e3:,.3f} ms ({r['bound_by']})" for name, r in c["roofline"].items())
+    return [f"Compute load of this run ({c['flavor']}, {c['parallelism']}, {c['batch_per_rank']} samples per rank): "
+            f"{f['hardware'] / 1e9:,.3f} GFLOP per sample ({f['model'] / 1e9:,.3f} model + {f['recompute'] / 1e9:,.3f} "
+            f"recompute), {c['flops_per_rank_step'] / 1e12:,.4f} TFLOP per rank and step; sent per rank and step: "
+            f"{comm}; roofline lower bound per step: {roof}."]
 
 
 def _checkpoint_notes(profile: dict[str, Any]) -> list[str]:
@@ -468,6 +484,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         + ("" if t.get("batch_busy_s") else "; the whole build, this profile has no batch_busy_s")
         + f"), times {spread:.2f}.",
         f"Replay: python -m storage.dlio replay {profile['run_dir']}",
+        *compute_notes(profile),
     ]
     name = f"{model}_replay"
     return name, _dump(_header(profile, what=f"DLIO 2.0.0 replay of {model}'s measured load.", lines=lines), body)

@@ -13,6 +13,7 @@ from common.run.events import LoopObserver
 from common.run.extensions import RunExtension
 from common.run.loop import LoopResult
 from common.run.settings import RunConfig
+from storage.compute.run_section import compute_section
 from storage.load_profile.session import ProfileSession
 
 
@@ -20,11 +21,12 @@ class LoadProfileExtension(RunExtension):
     def __init__(self) -> None:
         self.enabled = True
         self.package = ""
+        self.spec: Any = None
         self.session: ProfileSession | None = None
         self.profile: dict[str, Any] | None = None  # rank 0's, once finished and written
 
     def configure(self, run: RunConfig, benchmark: Benchmark) -> None:
-        self.enabled, self.package = run.load_profile, benchmark.package
+        self.enabled, self.package, self.spec = run.load_profile, benchmark.package, benchmark.spec
 
     def observers(self, ctx: RunContext, plan: TrainingPlan, progress: TrainingProgress) -> Sequence[LoopObserver]:
         if not self.enabled:
@@ -34,7 +36,8 @@ class LoadProfileExtension(RunExtension):
             run_dir=ctx.run_dir, benchmark=self.package, config_file=ctx.config_file, rank=ctx.info.rank,
             world_size=ctx.info.world_size, device=str(ctx.info.device), loader=plan.data.loader,
             global_batch_size=schedule.global_batch_size, local_batch_size=schedule.local_batch_size,
-            start_step=progress.global_step, data_dirs=plan.data.data_dirs)
+            start_step=progress.global_step, data_dirs=plan.data.data_dirs,
+            compute=lambda: compute_section(self.spec, plan, ctx.info))
         return (self.session,)
 
     def finish(self, ctx: RunContext, plan: TrainingPlan, result: LoopResult) -> None:

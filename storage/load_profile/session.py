@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from common.checkpoint.progress import TrainingProgress
 from common.distributed.collectives import gather_objects
@@ -33,8 +33,9 @@ PLOTS_DIR = "load_profile"
 class ProfileSession(LoopObserver):
     def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
                  loader: Any, global_batch_size: int, local_batch_size: int, start_step: int,
-                 data_dirs: Sequence[Path] = ()) -> None:
+                 data_dirs: Sequence[Path] = (), compute: Callable[[], dict[str, Any] | None] | None = None) -> None:
         self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
+        self.compute = compute  # the compute section's maker (storage.compute.run_section), rank 0 only
         self.rank = rank
         setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
                             num_workers=int(getattr(loader, "num_workers", 0)),
@@ -82,6 +83,7 @@ class ProfileSession(LoopObserver):
         try:  # a measurement: whatever goes wrong here never fails a run that trained
             profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
                             dataset=self.dataset)
+            self._add_compute(profile)
             write_profile(self.run_dir, profile)
             print(summary_line(profile), flush=True)
             from storage.load_profile.plots import write_plots
@@ -93,6 +95,22 @@ class ProfileSession(LoopObserver):
         print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
               f"export: python -m storage.dlio export {self.run_dir}", flush=True)
         return profile
+
+
+    def _add_compute(self, profile: dict[str, Any]) -> None:
+        if self.compute is None:
+            return
+        try:  # like the rest of the profile, never a reason for a trained run to fail
+            section = self.compute()
+        except Exception as error:  # noqa: BLE001
+            print(f"[load] no compute section: {type(error).__name__}: {error}", flush=True)
+            return
+        if section is not None:
+            profile["compute"] = section
+            sent = sum(row["sent_bytes"] for row in section["communication_per_rank_step"]["by_kind"].values())
+            print(f"[load] compute: {section['flops_per_sample']['hardware'] / 1e9:,.3f} GFLOP per sample, "
+                  f"{section['flops_per_rank_step'] / 1e12:,.4f} TFLOP per rank and step, {sent / 1e6:,.3f} MB sent per "
+                  "rank and step (load_profile.json 'compute')", flush=True)
 
 
 def write_profile(run_dir: Path, profile: dict[str, Any]) -> Path:

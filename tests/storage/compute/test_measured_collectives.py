@@ -4,6 +4,7 @@ step, by kind and in bytes, are those its compute model predicts for the same fl
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,19 @@ def _measured(traces: Path, step: int = 2) -> dict:
     return by_rank[0]
 
 
+def _check_run_profile(run_dir: Path, measured: dict) -> None:
+    """The run's own load profile carries the same prediction (its compute section, from its gin config),
+    and the export's workload files say it."""
+    profile = json.loads((run_dir / "load_profile.json").read_text())
+    assert profile["compute"]["communication_per_rank_step"]["by_kind"] == measured
+    assert profile["compute"]["flops_per_rank_step"] > 0
+    done = subprocess.run([sys.executable, "-m", "storage.dlio", "export", str(run_dir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    replay = next((run_dir / "dlio").rglob("*_replay.yaml")).read_text()
+    assert "# Compute load of this run" in replay
+
+
 def test_flux_fsdp_bf16_two_ranks(tmp_path):
     from flux.compute_model import compute_model
     from flux.data.synthetic_sizes import SYNTHETIC_SIZES
@@ -50,6 +64,7 @@ def test_flux_fsdp_bf16_two_ranks(tmp_path):
     measured = _measured(traces)
     assert set(measured) == {"all_gather", "reduce_scatter", "all_reduce"}
     assert measured == totals_by_kind(predicted.collectives)
+    _check_run_profile(traces.parent, measured)
 
 
 def test_retinanet_ddp_two_ranks(tmp_path):
@@ -61,3 +76,44 @@ def test_retinanet_ddp_two_ranks(tmp_path):
     measured = _measured(traces, step=3)
     assert set(measured) == {"all_reduce"}
     assert measured == totals_by_kind(predicted.collectives)
+    _check_run_profile(traces.parent, measured)
+
+
+def test_dlrm_hstu_torchrec_two_ranks(tmp_path):
+    """Row-wise tables (debug.gin): every collective but the id-carrying all-to-alls equals the
+    prediction on each rank; those depend on which rank owns each id, so their sum over the two
+    ranks equals twice the prediction at the step's own ids per sample (counted from the trace)."""
+    from recommendation_v4.compute_model import compute_model
+    from recommendation_v4.model.flavors import reference_table_rows
+
+    # step 4: DDP rebuilds its buckets in its second iteration (a one-off broadcast of their order)
+    traces = _train_two_ranks(tmp_path, "recommendation_v4", [], step=4)
+    per_rank = [execution_trace.collectives_by_step(
+        execution_trace.load(traces / f"step4_rank{rank}.et.json"), group_size=2)[4] for rank in (0, 1)]
+    ids = sum(c.in_bytes for calls in per_rank for c in calls if c.purpose == "## all2all_data:kjt values ##") // 8
+    global_batch = 128
+    predicted = compute_model("debug", 2, 8, global_batch // 2, model_overrides={"input_dropout": 0.0,
+                              "linear_dropout": 0.0}, table_rows={t: 50_000 for t in reference_table_rows()},
+                              default_sharding_type="row_wise", device_type="cpu",
+                              mean_ids_per_sample=ids / global_batch)
+    data_dependent = ("ids", "rows", "gradients")
+
+    def split(calls):
+        fixed = [c for c in calls if c.kind != "all_to_all" or not any(w in c.purpose for w in data_dependent)]
+        moving = [c for c in calls if c not in fixed]
+        return fixed, moving
+
+    fixed_predicted, moving_predicted = split(predicted.collectives)
+    expected_fixed = totals_by_kind(fixed_predicted)
+    moving_sum = {"calls": 0, "in_bytes": 0, "out_bytes": 0}
+    for calls in per_rank:
+        fixed = [c for c in calls if not (c.kind == "all_to_all" and ("values" in c.purpose or "Seq" in c.purpose))]
+        assert totals_by_kind(fixed) == expected_fixed
+        for c in calls:
+            if c not in fixed:
+                moving_sum["calls"] += 1
+                moving_sum["in_bytes"] += c.in_bytes
+                moving_sum["out_bytes"] += c.out_bytes
+    expected_moving = totals_by_kind(moving_predicted)["all_to_all"]
+    assert moving_sum == {"calls": 2 * expected_moving["calls"], "in_bytes": 2 * expected_moving["in_bytes"],
+                          "out_bytes": 2 * expected_moving["out_bytes"]}

@@ -1,0 +1,22 @@
+"""The compute section of a run's load profile: the benchmark's compute model for the run being
+trained (its gin config, world, batch per rank), profiled without the activation measurement
+(`python -m storage.compute` adds it), on rank 0 when the run ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.spec import BenchmarkSpec
+from storage.compute.profile import build_profile
+from storage.compute.report import resolve_builder
+
+
+def compute_section(spec: BenchmarkSpec, plan: Any, info: Any) -> dict[str, Any] | None:
+    if spec.compute is None:
+        return None
+    model = resolve_builder(spec.compute.run_builder)(plan, info)
+    profile = build_profile(model, with_memory=False)
+    profile["how"] = ("storage.compute at this run's flavor, world and batch per rank; activations: "
+                      f"python -m storage.compute --benchmark {spec.package} --flavor {model.flavor} "
+                      f"--world-size {model.world_size} --batch-per-rank {model.batch_per_rank}")
+    return profile
