@@ -53,9 +53,8 @@ def _collectives(module: FluxModel, *, world_size: int, dp_replicate: int, bf16:
                                     f"HSDP all-reduce across replicas ({name})"))
     tensors = sum(1 for _ in module.parameters())
     # clip_grad_norm_ over DTensor gradients: the per-parameter norms, summed across the shard group
+    # (under HSDP the gradients are already replicated across replicas: one all-reduce either way)
     found.append(Collective("all_reduce", tensors * FP32, tensors * FP32, shards, "gradient-norm clip"))
-    if dp_replicate > 1:
-        found.append(Collective("all_reduce", tensors * FP32, tensors * FP32, dp_replicate, "gradient-norm clip (replicas)"))
     found.append(boundary_agreement(world_size))
     return found
 

@@ -14,12 +14,14 @@ collectives the step makes.
 - Collectives: the sequence-embedding all-to-alls (ids and lengths in, the looked-up rows back in
   the forward, their gradients in the backward, at comm_forward/backward_precision), DDP's dense
   gradient all-reduce, the all-reduce of the global longest sequence and the loop's own. The
-  all-to-all volumes assume ids spread evenly over the row owners (their expectation).
+  id-carrying all-to-alls are exact over the ranks' sum and, per rank, their mean (which rank owns
+  an id is the data's); ids per sample are full histories unless given.
+- Activations: an estimate for the Triton kernels (`activations` below), since the PyTorch
+  reference attention holds every pair's scores.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -30,13 +32,13 @@ from torch import nn
 from recommendation_v4.data import features as F
 from recommendation_v4.data.samples import assemble_batch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
-from recommendation_v4.ops.reference.attention_mask import dense_attention_mask
 from recommendation_v4.model.flavors import reference_table_rows
+from recommendation_v4.ops.reference.attention_mask import dense_attention_mask
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, plan_sharding
 from recommendation_v4.run_config import TrainConfig
 from storage.checkpoint.fake_world import fake_world
 from storage.compute.collectives import Collective
-from storage.compute.live_bytes import LiveBytes
+from storage.compute.live_bytes import step_peak
 from storage.compute.model import ComputeModel, StateBytes, boundary_agreement, ddp_all_reduces
 
 FP32, INT64 = 4, 8
@@ -164,15 +166,8 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
         rows, peaks = [], []
         for history in lengths:
             module = build(False)
-            hooks = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
-                     for p in module.parameters() if p.requires_grad]
-            tracker = LiveBytes()
-            with tracker:
-                loss(module, 1, history).backward()
-            for hook in hooks:
-                hook.remove()
+            peaks.append(step_peak(module, lambda: loss(module, 1, history)))
             rows.append(3 * (history // 3) + len(F.CONTEXTUAL_FEATURES) + 1)
-            peaks.append(tracker.peak)
         a, b, c = np.linalg.solve(np.array([[1.0, s, s * s] for s in rows]), np.array(peaks, dtype=float))
         linear = a + b * rows[0]
         return linear, (f"estimate for the Triton kernels: one sample's peak (storage.compute.live_bytes) at "
@@ -233,7 +228,10 @@ def for_run(plan: Any, info: Any) -> ComputeModel:
     """The compute model of the run being trained: its gin-bound configs, the plan its
     DistributedModelParallel runs (the task's), ids per sample at full history (an upper bound)."""
     config, sharding = TrainConfig(), ShardingConfig()
-    dmp = plan.task.dmp
+    dmp = getattr(plan.task, "dmp", None)
+    if dmp is None:
+        raise ValueError("this run trains no DistributedModelParallel (an emulated run?): "
+                         "python -m storage.compute --benchmark recommendation_v4 gives the profile")
     rows = {}
     for module_plan in dmp.plan.plan.values():
         for table, spec in module_plan.items():

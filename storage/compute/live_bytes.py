@@ -9,6 +9,7 @@ alike; like MemTracker, no allocator rounding or fragmentation.
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,3 +41,23 @@ class LiveBytes(TorchDispatchMode):
             self.current += nbytes
             self.peak = max(self.peak, self.current)
         return out
+
+
+def dropping_gradients(module: torch.nn.Module) -> list:
+    """Hooks that drop each parameter's gradient once accumulated, as FSDP and DDP hand it to their
+    reduction (a profile counts the gradients a rank keeps apart); remove them when done."""
+    return [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+            for p in module.parameters() if p.requires_grad]
+
+
+def step_peak(module: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> int:
+    """Peak live bytes of `loss()` and its backward beyond what existed before, gradients dropped."""
+    hooks = dropping_gradients(module)
+    tracker = LiveBytes()
+    try:
+        with tracker:
+            loss().backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return tracker.peak

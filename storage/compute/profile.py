@@ -1,6 +1,6 @@
 """A benchmark's compute profile: FLOPs per sample, memory and collectives per rank, roofline.
 
-Counts run the benchmark's own step (its ComputeModel.forward_loss) once forward and once
+Counts run the benchmark's own step (its ComputeModel's build and loss) once forward and once
 backward under storage.compute.tally, at `samples_per_call` samples; per-sample figures divide
 by it and per-step ones multiply by the batch per rank. With activation checkpointing the
 backward runs each block's forward again: those FLOPs are counted apart ("recompute") from the
@@ -8,12 +8,13 @@ model FLOPs (forward + backward), and the step's hardware FLOPs are their sum.
 
 Activation memory is measured by torch's MemTracker (activations and temporaries at the step's
 peak, eager, no allocator fragmentation) at 1x and 2x `samples_per_call` and extended linearly to
-the batch per rank: exact when every activation is per-sample, as in these models.
+the batch per rank: exact when every activation is per-sample, as in these models. Where
+MemTracker cannot follow a model, storage.compute.live_bytes measures the same; a model that knows
+the generic measure would mislead gives its own estimate (ComputeModel.activations), labelled.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from storage.compute.accelerators import ACCELERATORS, roofline
 from storage.compute.collectives import as_json, totals_by_kind
-from storage.compute.live_bytes import LiveBytes
+from storage.compute.live_bytes import dropping_gradients, step_peak
 from storage.compute.model import ComputeModel
 from storage.compute.tally import KINDS, OpTally
 
@@ -52,8 +53,7 @@ def activation_bytes(model: ComputeModel, samples: int) -> int:
     (the state section counts the gradients a rank keeps)."""
     module = model.build(model.activation_checkpointing)
     _frozen_as_buffers(module)
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
-             for p in module.parameters() if p.requires_grad]
+    hooks = dropping_gradients(module)
     tracker = MemTracker()
     tracker.track_external(module)
     with tracker:
@@ -71,15 +71,7 @@ def activation_bytes(model: ComputeModel, samples: int) -> int:
 def live_activation_bytes(model: ComputeModel, samples: int) -> int:
     """The same measure by storage.compute.live_bytes, for models MemTracker cannot follow."""
     module = model.build(model.activation_checkpointing)
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
-             for p in module.parameters() if p.requires_grad]
-    tracker = LiveBytes()
-    with tracker:
-        loss = model.loss(module, samples)
-        loss.backward()
-    for hook in hooks:
-        hook.remove()
-    return tracker.peak
+    return step_peak(module, lambda: model.loss(module, samples))
 
 
 def _per_sample(value: float, samples: int) -> float:
@@ -145,11 +137,12 @@ def memory_section(model: ComputeModel) -> dict[str, Any]:
 
 
 def build_profile(model: ComputeModel, *, with_memory: bool = True) -> dict[str, Any]:
-    torch.manual_seed(0)
-    flops = flops_section(model)
+    with torch.random.fork_rng(devices=[]):  # a run's own generator state stays as it was
+        torch.manual_seed(0)
+        flops = flops_section(model)
+        memory = memory_section(model) if with_memory else None
     step_flops = flops["hardware"] * model.batch_per_rank
     least_step_flops = flops["least"] * model.batch_per_rank
-    memory = memory_section(model) if with_memory else None
     state = model.state
     least_traffic = 2 * (state.parameters + state.gradients + state.optimizer) + model.extra_memory_traffic
     rooflines = {}
@@ -170,7 +163,3 @@ def build_profile(model: ComputeModel, *, with_memory: bool = True) -> dict[str,
         "notes": list(model.notes),
         "reference_cost": model.reference_cost,
     }
-
-
-def dataclass_json(value: Any) -> Any:
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.utils.flop_counter as flop_counter
@@ -172,7 +172,3 @@ class _PhaseSwitch:
 
     def __exit__(self, *exc) -> None:
         self.tally._phase = self.before
-
-
-def iter_phases(tally: OpTally) -> Iterator[tuple[str, PhaseCounts]]:
-    yield from tally.phases.items()

@@ -165,7 +165,7 @@ def test_an_unwritable_traces_dir_warns_once_and_training_goes_on(tmp_path):
 
 
 def test_a_profiler_that_fails_to_start_warns_and_training_goes_on(tmp_path, monkeypatch, capsys):
-    def broken(self, **kwargs):
+    def broken(self, *args, **kwargs):
         raise RuntimeError("Can't enable Kineto profiler when it's already enabled")
 
     monkeypatch.setattr(StepTracer, "_profiler", broken)

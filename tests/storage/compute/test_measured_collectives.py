@@ -1,4 +1,4 @@
-"""Communication measured equals predicted: each trainer runs 2 gloo ranks with an execution trace
+"""Communication measured equals predicted: each trainer runs 2 gloo ranks (FLUX.1's HSDP 4) with an execution trace
 of step 2 (common.TraceConfig.execution_trace), and the collectives that trace holds for the
 step, by kind and in bytes, are those its compute model predicts for the same flavor and batch."""
 
@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from storage.compute import execution_trace
 from storage.compute.collectives import totals_by_kind
@@ -18,9 +17,9 @@ from storage.compute.collectives import totals_by_kind
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _train_two_ranks(tmp_path: Path, package: str, bindings: list[str], *, step: int = 2) -> Path:
+def _train(tmp_path: Path, package: str, bindings: list[str], *, step: int = 2, ranks: int = 2) -> Path:
     env = {**os.environ, "MLPERF_OUTPUT_ROOT": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "common.distributed.launch", "--standalone", "--nproc_per_node=2",
+    command = [sys.executable, "-m", "common.distributed.launch", "--standalone", f"--nproc_per_node={ranks}",
                "-m", f"{package}.train", "--gin_config", f"{package}/configs/debug.gin"]
     for binding in [f"common.RunConfig.max_steps = {step}", "common.RunConfig.run_name = 'et'",
                     f"common.TraceConfig.steps = [{step}]", "common.TraceConfig.execution_trace = True", *bindings]:
@@ -58,7 +57,7 @@ def test_flux_fsdp_bf16_two_ranks(tmp_path):
     from flux.compute_model import compute_model
     from flux.data.synthetic_sizes import SYNTHETIC_SIZES
 
-    traces = _train_two_ranks(tmp_path, "flux", ["flux.TrainConfig.bf16 = True",
+    traces = _train(tmp_path, "flux", ["flux.TrainConfig.bf16 = True",
                                                  "flux.TrainConfig.eval_every_samples = 1000000"])
     predicted = compute_model("flux-small", 2, 8, 8, bf16=True, shapes=SYNTHETIC_SIZES["small"].shapes)
     measured = _measured(traces)
@@ -67,11 +66,32 @@ def test_flux_fsdp_bf16_two_ranks(tmp_path):
     _check_run_profile(traces.parent, measured)
 
 
+def test_flux_hsdp_four_ranks(tmp_path):
+    """HSDP, 2 replicas x 2 shards: the all-gathers and reduce-scatters of the shard group, the all-reduce
+    of the shards across replicas. The trace does not name a collective's group, so calls and bytes
+    handed in and out are compared (the wire bytes follow from them and the group sizes)."""
+    from flux.compute_model import compute_model
+    from flux.data.synthetic_sizes import SYNTHETIC_SIZES
+
+    traces = _train(tmp_path, "flux", ["flux.TrainConfig.bf16 = True", "flux.TrainConfig.dp_replicate = 2",
+                                                 "flux.TrainConfig.eval_every_samples = 1000000"], ranks=4)
+    predicted = totals_by_kind(compute_model("flux-small", 4, 8, 4, dp_replicate=2, bf16=True,
+                                             shapes=SYNTHETIC_SIZES["small"].shapes).collectives)
+    fields = ("calls", "in_bytes", "out_bytes")
+    for rank in range(4):
+        steps = execution_trace.collectives_by_step(execution_trace.load(traces / f"step2_rank{rank}.et.json"),
+                                                    group_size=4)
+        measured = totals_by_kind(steps[2])
+        assert set(measured) == set(predicted) == {"all_gather", "reduce_scatter", "all_reduce"}
+        for kind in measured:
+            assert {f: measured[kind][f] for f in fields} == {f: predicted[kind][f] for f in fields}, kind
+
+
 def test_retinanet_ddp_two_ranks(tmp_path):
     from retinanet.compute_model import compute_model
 
     # step 3: DDP rebuilds its buckets in step 2 (a one-off broadcast of their order)
-    traces = _train_two_ranks(tmp_path, "retinanet", [], step=3)
+    traces = _train(tmp_path, "retinanet", [], step=3)
     predicted = compute_model("tiny", 2, 8, 4, amp="", model_overrides={"num_classes": 6, "image_size": 96})
     measured = _measured(traces, step=3)
     assert set(measured) == {"all_reduce"}
@@ -87,7 +107,7 @@ def test_dlrm_hstu_torchrec_two_ranks(tmp_path):
     from recommendation_v4.model.flavors import reference_table_rows
 
     # step 4: DDP rebuilds its buckets in its second iteration (a one-off broadcast of their order)
-    traces = _train_two_ranks(tmp_path, "recommendation_v4", [], step=4)
+    traces = _train(tmp_path, "recommendation_v4", [], step=4)
     per_rank = [execution_trace.collectives_by_step(
         execution_trace.load(traces / f"step4_rank{rank}.et.json"), group_size=2)[4] for rank in (0, 1)]
     ids = sum(c.in_bytes for calls in per_rank for c in calls if c.purpose == "## all2all_data:kjt values ##") // 8

@@ -72,3 +72,36 @@ def test_live_bytes_agrees_with_memtracker():
     model = compute_model("flux-tiny", 2, 8, 4, activation_checkpointing=False)
     tracked, live = activation_bytes(model, 2), live_activation_bytes(model, 2)
     assert abs(live - tracked) <= 0.1 * tracked
+
+
+def test_matmul_flops_equal_torch_profiler_on_a_real_step():
+    """A real flux-tiny step on the CPU: the profiler's own FLOPs of aten::mm and aten::addmm (forward
+    and backward, with_flops) equal the tally's matmul FLOPs. (The profiler counts no attention on
+    the CPU, so only the matmuls are compared.)"""
+    from torch.profiler import ProfilerActivity, profile
+
+    from flux.data.synthetic_sizes import SYNTHETIC_SIZES
+    from flux.model import FluxModel
+    from flux.model.latents import image_position_ids, pack_latents, text_position_ids
+    from flux.run_config import TrainConfig
+
+    args, shapes = TrainConfig(flavor="flux-tiny").model(), SYNTHETIC_SIZES["tiny"].shapes
+    torch.manual_seed(0)
+    model = FluxModel(args, activation_checkpointing=False, device="cpu")
+
+    def step() -> torch.Tensor:
+        latents = torch.randn(2, shapes.latent_channels, shapes.latent_height, shapes.latent_width)
+        tokens = model(pack_latents(latents),
+                       image_position_ids(batch_size=2, height=shapes.latent_height, width=shapes.latent_width,
+                                          device="cpu"),
+                       torch.randn(2, shapes.t5_length, args.context_in_dim),
+                       text_position_ids(batch_size=2, length=shapes.t5_length, device="cpu"),
+                       torch.rand(2), torch.randn(2, args.vec_in_dim))
+        return tokens.float().pow(2).mean()
+
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        step().backward()
+    profiled = sum(e.flops for e in prof.events() if e.name in ("aten::mm", "aten::addmm"))
+    tally = _count(step)
+    counted = tally.phases["forward"].by_kind()["matmul"] + tally.phases["backward"].by_kind()["matmul"]
+    assert profiled > 0 and counted == profiled
