@@ -317,8 +317,6 @@ class StepTracer:
         _warn(f"trace of step {window.start} on rank {self.rank} {outcome} ({path}): {type(error).__name__}: {error}")
         if self._window is window:
             self._window = None
-        if window.et_partial is not None and stopped:
-            window.et_partial.unlink(missing_ok=True)
         if not stopped and window.profiler is not None:
             try:  # leave no profiler running behind a failed window
                 if window.span is not None:
@@ -326,4 +324,6 @@ class StepTracer:
                 window.profiler.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 pass
+        if window.et_partial is not None:  # the observer writes it when the profiler stops
+            window.et_partial.unlink(missing_ok=True)
 

@@ -376,3 +376,22 @@ def test_the_command_says_in_one_line_what_is_missing_or_corrupt(tmp_path):
     assert error("merge", str(tmp_path)) == f"error: {tmp_path}/traces/step3_rank1.json.gz is not a readable trace: no traceEvents list"
     assert not (tmp_path / "traces" / "step3_merged.json.gz").exists()
     assert _command("merge", str(tmp_path), "--step", "x").returncode == 2  # argparse: a step is a number
+
+
+def test_an_execution_trace_beside_each_window(tmp_path, monkeypatch):
+    tracer = StepTracer(TraceConfig(steps=(2,), active_steps=2, execution_trace=True), run_dir=tmp_path, rank=0,
+                        device=CPU)
+    _train(tracer, range(1, 5))
+    tracer.close()
+    et = tmp_path / "traces" / "step2_rank0.et.json"
+    assert et in tracer.written and (tmp_path / "traces" / "step2_rank0.json.gz") in tracer.written
+    nodes = json.loads(et.read_text())["nodes"]
+    assert {n["name"] for n in nodes if n["name"].startswith("ProfilerStep#")} == {"ProfilerStep#2", "ProfilerStep#3"}
+    assert any(n["name"].startswith("aten::") for n in nodes)
+    assert not list((tmp_path / "traces").glob(".*"))  # no partial file left
+    # a window closed in its warm-up keeps nothing, not even a partial execution trace
+    tracer = StepTracer(TraceConfig(steps=(3,), warmup_steps=1, execution_trace=True), run_dir=tmp_path / "b",
+                        rank=0, device=CPU)
+    _train(tracer, [1, 2])
+    tracer.close()
+    assert not list((tmp_path / "b").rglob("*.et.json*")) and not list((tmp_path / "b").rglob(".*"))
