@@ -8,7 +8,8 @@ profiles only what it ran itself: the profile of an earlier launch is kept besid
 `load_profile.until_step<N>.json`.
 
 Given the data directories, it also snapshots the block devices under them when the loop begins
-and again at `finish` (storage.load_profile.block_device).
+and again at `finish` (storage.load_profile.block_device). Given a compute maker
+(storage.compute.run_section), rank 0 adds the run's compute load as the profile's `compute`.
 """
 
 from __future__ import annotations
@@ -95,7 +96,6 @@ class ProfileSession(LoopObserver):
         print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
               f"export: python -m storage.dlio export {self.run_dir}", flush=True)
         return profile
-
 
     def _add_compute(self, profile: dict[str, Any]) -> None:
         if self.compute is None:
