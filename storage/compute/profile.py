@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker
 
 from storage.compute.accelerators import ACCELERATORS, roofline
 from storage.compute.collectives import as_json, totals_by_kind
@@ -51,6 +50,9 @@ def activation_bytes(model: ComputeModel, samples: int) -> int:
     """Peak bytes beyond the parameters: activations, temporaries and gradients in flight. Each
     gradient is dropped as soon as it is accumulated, as FSDP and DDP hand it to their reduction
     (the state section counts the gradients a rank keeps)."""
+    # imported here: half a second that a run's own compute section (no memory) need not pay
+    from torch.distributed._tools.mem_tracker import MemTracker
+
     module = model.build(model.activation_checkpointing)
     _frozen_as_buffers(module)
     hooks = dropping_gradients(module)

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from common.spec import BenchmarkSpec
-from storage.compute.profile import build_profile
-from storage.compute.report import resolve_builder
 
 
 def compute_section(spec: BenchmarkSpec, plan: Any, info: Any) -> dict[str, Any] | None:
     if spec.compute is None:
         return None
+    # imported here, on rank 0 at the end: the other ranks of every run need not load the counters
+    from storage.compute.profile import build_profile
+    from storage.compute.report import resolve_builder
+
     model = resolve_builder(spec.compute.run_builder)(plan, info)
     profile = build_profile(model, with_memory=False)
     profile["how"] = ("storage.compute at this run's flavor, world and batch per rank; activations: "
