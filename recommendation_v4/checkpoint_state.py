@@ -29,7 +29,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from common.checkpoint.payload import encode_app_state
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.model.flavors import reference_table_rows
-from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, plan_sharding
+from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, plan_sharding, table_shards
 from recommendation_v4.run_config import TrainConfig
 from storage.checkpoint.meta_state import step_once
 from storage.checkpoint.rank_items import NotEmulated, ShardLayout
@@ -37,18 +37,9 @@ from storage.checkpoint.rank_items import NotEmulated, ShardLayout
 _STRUCTURE_ROWS = 64  # rows per table of the world-of-one model that gives the state's names
 
 
-def _table_shards(plan: ShardingPlan) -> dict[str, tuple[str, list[ShardMetadata]]]:
-    found = {}
-    for module_plan in plan.plan.values():
-        for table, spec in module_plan.items():  # type: ignore[union-attr]
-            shards = list(spec.sharding_spec.shards) if spec.sharding_spec is not None else []
-            found[table] = (spec.sharding_type, shards)
-    return found
-
-
 def _on_meta(plan: ShardingPlan) -> None:
     """Put every planned shard on the meta device (the plan was made for the reference accelerators)."""
-    for _, shards in _table_shards(plan).values():
+    for _, shards in table_shards(plan).values():
         for shard in shards:
             shard.placement = _remote_device(f"rank:{shard.placement.rank()}/meta")
 
@@ -109,7 +100,7 @@ def app_state_on_meta(flavor: str, world_size: int, ranks_per_node: int, *, devi
     plan, _ = plan_sharding(model=model, device_type=device_type, world_size=world_size,
                             local_world_size=ranks_per_node, sharding=ShardingConfig(default_sharding_type=default_sharding_type),
                             sparse_optimizer=sparse, group=dist.group.WORLD)
-    tables = _table_shards(plan)
+    tables = table_shards(plan)
     flat, layout = _structure(sparse=sparse, train=train)
     for fqn, value in list(flat.items()):
         if not isinstance(value, ShardedTensor):

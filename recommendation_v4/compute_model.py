@@ -34,7 +34,7 @@ from recommendation_v4.data.samples import assemble_batch
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.model.flavors import reference_table_rows
 from recommendation_v4.ops.reference.attention_mask import dense_attention_mask
-from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, plan_sharding
+from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, plan_sharding, table_shards
 from recommendation_v4.run_config import TrainConfig
 from storage.checkpoint.fake_world import fake_world
 from storage.compute.collectives import Collective
@@ -70,13 +70,11 @@ def ids_per_sample(history_length: int) -> int:
 def _tables_of(plan: Any, world_size: int) -> tuple[list[int], dict[str, tuple[str, int]]]:
     """(bytes of table rows + RowWiseAdagrad state on each rank, table -> (sharding type, shards))."""
     held, tables = [0] * world_size, {}
-    for module_plan in plan.plan.values():
-        for table, spec in module_plan.items():  # type: ignore[union-attr]
-            shards = list(spec.sharding_spec.shards) if spec.sharding_spec is not None else []
-            tables[table] = (spec.sharding_type, len(shards))
-            for shard in shards:
-                shard_rows, shard_cols = shard.shard_sizes
-                held[shard.placement.rank()] += shard_rows * shard_cols * FP32 + shard_rows * FP32
+    for table, (sharding_type, shards) in table_shards(plan).items():
+        tables[table] = (sharding_type, len(shards))
+        for shard in shards:
+            shard_rows, shard_cols = shard.shard_sizes
+            held[shard.placement.rank()] += shard_rows * shard_cols * FP32 + shard_rows * FP32
     return held, tables
 
 
@@ -232,11 +230,8 @@ def for_run(plan: Any, info: Any) -> ComputeModel:
     if dmp is None:
         raise ValueError("this run trains no DistributedModelParallel (an emulated run?): "
                          "python -m storage.compute --benchmark recommendation_v4 gives the profile")
-    rows = {}
-    for module_plan in dmp.plan.plan.values():
-        for table, spec in module_plan.items():
-            shards = spec.sharding_spec.shards if spec.sharding_spec is not None else []
-            rows[table] = max((s.shard_offsets[0] + s.shard_sizes[0] for s in shards), default=0)
+    rows = {table: max((s.shard_offsets[0] + s.shard_sizes[0] for s in shards), default=0)
+            for table, (_, shards) in table_shards(dmp.plan).items()}
     return compute_model(config.flavor, info.world_size, info.local_world_size, plan.data.schedule.local_batch_size,
                          model_overrides=config.model_overrides, table_rows=rows or None,
                          comm_forward_precision=sharding.comm_forward_precision,

@@ -17,6 +17,7 @@ from typing import Mapping
 import gin
 import torch
 import torch.distributed as dist
+from torch.distributed._shard.metadata import ShardMetadata
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
@@ -199,6 +200,16 @@ def plan_sharding(
     reservation = FixedPercentageStorageReservation(percentage=sharding.storage_reservation_pct)
     planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints, storage_reservation=reservation)
     return planner.collective_plan(model, sharders, group), sharders
+
+
+def table_shards(plan: ShardingPlan) -> dict[str, tuple[str, list[ShardMetadata]]]:
+    """table -> (sharding type, its shards' metadata: offsets, sizes, placement) of a plan."""
+    found = {}
+    for module_plan in plan.plan.values():
+        for table, spec in module_plan.items():  # type: ignore[union-attr]
+            shards = list(spec.sharding_spec.shards) if spec.sharding_spec is not None else []
+            found[table] = (spec.sharding_type, shards)
+    return found
 
 
 def describe_plan(plan: ShardingPlan) -> dict[str, str]:
