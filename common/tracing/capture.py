@@ -48,6 +48,14 @@ def et_file(run_dir: str | Path, step: int, rank: int) -> Path:
     return Path(run_dir) / TRACES_DIR / f"step{step}_rank{rank}.et.json"
 
 
+def _complete_execution_trace(path: Path) -> bool:
+    """Whether the observer finished the file: it ends with the trace's '"finish_ts": N}'."""
+    with open(path, "rb") as handle:
+        handle.seek(max(handle.seek(0, os.SEEK_END) - 64, 0))
+        tail = handle.read()
+    return tail.rstrip().endswith(b"}") and b'"finish_ts"' in tail
+
+
 def _int_tuple(value: object) -> tuple[int, ...] | None:
     """The value as a tuple of ints (gin hands over lists), or None when it is not one."""
     if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
@@ -138,6 +146,8 @@ class StepTracer:
         self._pending: list[int] = list(config.steps) if config.traces_rank(rank) else []
         self._window: _Window | None = None
         self.written: list[Path] = []  # the files this tracer exported
+        if config.execution_trace and self._pending:
+            self._remove_stale_execution_traces()
 
     @property
     def active(self) -> bool:
@@ -284,15 +294,27 @@ class StepTracer:
             return
         self.written.append(path)
 
+    def _remove_stale_execution_traces(self) -> None:
+        """The observer writes its trace as it goes: a rank killed (SIGKILL) inside a window leaves a
+        partial file behind, which its relaunch removes rather than keep a trace no tool can read."""
+        for stale in (self.run_dir / TRACES_DIR).glob(f".step*_rank{self.rank}.et.json.partial"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+
     def _keep_execution_trace(self, window: _Window) -> None:
         if window.et_partial is None:
             return
         final = et_file(self.run_dir, window.start, self.rank)
         try:
+            if not _complete_execution_trace(window.et_partial):
+                # the observer reports no write error: a full disk shows as a file cut short
+                raise OSError(f"{window.et_partial.name} ends before its closing 'finish_ts' (disk full?)")
             os.replace(window.et_partial, final)
             self.written.append(final)
         except OSError as error:
-            self._fail(window, "execution trace not written", error, stopped=True)
+            self._fail(window, "not written", error, stopped=True, path=final)
 
     def _metadata(self, window: _Window) -> dict[str, object]:
         return {
@@ -312,8 +334,9 @@ class StepTracer:
             self._fail(window, "not captured", error)
             return False
 
-    def _fail(self, window: _Window, outcome: str, error: BaseException, *, stopped: bool = False) -> None:
-        path = trace_file(self.run_dir, window.start, self.rank)
+    def _fail(self, window: _Window, outcome: str, error: BaseException, *, stopped: bool = False,
+              path: Path | None = None) -> None:
+        path = path or trace_file(self.run_dir, window.start, self.rank)
         _warn(f"trace of step {window.start} on rank {self.rank} {outcome} ({path}): {type(error).__name__}: {error}")
         if self._window is window:
             self._window = None

@@ -395,3 +395,28 @@ def test_an_execution_trace_beside_each_window(tmp_path, monkeypatch):
     _train(tracer, [1, 2])
     tracer.close()
     assert not list((tmp_path / "b").rglob("*.et.json*")) and not list((tmp_path / "b").rglob(".*"))
+    # a rank killed inside a window leaves its partial trace; the relaunch removes it (its own rank's only)
+    traces = tmp_path / "c" / "traces"
+    traces.mkdir(parents=True)
+    (traces / ".step2_rank0.et.json.partial").write_text("{")
+    (traces / ".step2_rank1.et.json.partial").write_text("{")
+    StepTracer(TraceConfig(steps=(5,), execution_trace=True), run_dir=tmp_path / "c", rank=0, device=CPU)
+    assert sorted(p.name for p in traces.iterdir()) == [".step2_rank1.et.json.partial"]
+
+
+def test_an_execution_trace_cut_short_is_dropped_with_one_warning(tmp_path, monkeypatch):
+    """The observer reports no write error: a full disk leaves a file without its closing part."""
+    from common.tracing import capture
+
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"schema": "1.1.1-chakra.0.0.4", "nodes": [{"id": 1')
+    done = tmp_path / "done.json"
+    done.write_text('{"nodes": [],\n  "finish_ts": 12\n}\n')
+    assert not capture._complete_execution_trace(cut) and capture._complete_execution_trace(done)
+    monkeypatch.setattr(capture, "_complete_execution_trace", lambda path: False)
+    tracer = StepTracer(TraceConfig(steps=(2,), execution_trace=True), run_dir=tmp_path / "run", rank=0, device=CPU)
+    with pytest.warns(TraceExportWarning, match=r"^trace of step 2 on rank 0 not written \(.*step2_rank0.et.json\): OSError"):
+        _train(tracer, range(1, 4))
+    tracer.close()
+    traces = tmp_path / "run" / "traces"
+    assert sorted(p.name for p in traces.iterdir()) == ["step2_rank0.json.gz"]  # the Kineto trace is kept
