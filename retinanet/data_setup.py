@@ -1,8 +1,9 @@
 """From gin's `DataConfig` to the train and validation datasets of a run.
 
 `<data_root>/retinanet/<dataset>` is generated on first use when `dataset` names a synthetic
-one (`synthetic-<size>-seed<N>`); any other name must already hold the OpenImages-MLPerf
-layout, downloaded or generated, and is read by the very same loader.
+one (`synthetic-<size>-seed<N>`; `synthetic-<size>-seed<N>-storage` for the storage content, made
+fast with nothing to learn); any other name must already hold the OpenImages-MLPerf layout,
+downloaded or generated, and is read by the very same loader.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from common.config.checks import ConfigError
+from common.data.generation import LEARNABLE, STORAGE
 from common.distributed.collectives import run_on_rank0
 from common.distributed.setup import DistInfo
 from retinanet.data import layout
@@ -24,7 +26,8 @@ from retinanet.model.flavors import RetinaNetFlavor
 from retinanet.run_config import DataConfig
 
 BENCHMARK_DATA_DIRNAME = "retinanet"
-_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)$")
+# "-storage": the storage content (same files and sizes, made fast, nothing to learn)
+_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)(?P<storage>-storage)?$")
 
 
 class MissingDatasetError(RuntimeError):
@@ -51,7 +54,8 @@ def _materialise_on_rank0(config: DataConfig, dataset_dir: Path) -> None:
         if not (dataset_dir / layout.GENERATOR_INFO_FILENAME).exists():
             print(f"[data] generating {config.dataset} under {dataset_dir} (first use)", flush=True)
         ensure_synthetic_dataset(
-            dataset_dir, size=SYNTHETIC_SIZES[size], seed=int(match["seed"]), workers=config.generator_workers
+            dataset_dir, size=SYNTHETIC_SIZES[size], seed=int(match["seed"]), workers=config.generator_workers,
+            content=STORAGE if match["storage"] else LEARNABLE,
         )
     for split in layout.SPLITS:
         annotations = layout.split_paths(dataset_dir, split).annotations_file

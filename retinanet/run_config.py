@@ -70,7 +70,8 @@ class DataConfig:
     """Where the data is and how it is read.
 
     `dataset` names a directory under <data_root>/retinanet/: "synthetic-<size>-seed<N>" is
-    generated there on first use (sizes of retinanet.data.synthetic), any other name must
+    generated there on first use (sizes of retinanet.data.synthetic; a "-storage" suffix: the
+    storage content, same files made fast, nothing to learn), any other name must
     already hold the OpenImages-MLPerf layout (retinanet/download_dataset.sh).
     """
 

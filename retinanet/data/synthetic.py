@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -26,8 +27,9 @@ import numpy as np
 
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation
-from common.data.generation import FileJob, write_text_whole
+from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
 from retinanet.data import layout
+from retinanet.data.jpeg_bank import JpegBank
 from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
 from retinanet.data.synthetic_drawing import class_appearances, render_image, sample_object_boxes
 
@@ -187,6 +189,7 @@ def _image_layout(size: SyntheticSize, *, seed: int, split: str, index: int):
 
 
 def _encode_image(size: SyntheticSize, *, seed: int, split: str, index: int) -> bytes:
+    """The learnable content: the picture drawn (objects in their class's look) and encoded."""
     rng, width, height, objects = _image_layout(size, seed=seed, split=split, index=index)
     picture = render_image(
         rng,
@@ -199,6 +202,23 @@ def _encode_image(size: SyntheticSize, *, seed: int, split: str, index: int) -> 
     buffer = io.BytesIO()
     picture.save(buffer, format="JPEG", quality=int(rng.integers(size.jpeg_quality[0], size.jpeg_quality[1] + 1)))
     return buffer.getvalue()
+
+
+@functools.cache
+def _jpeg_bank(size: SyntheticSize, seed: int) -> JpegBank:
+    """One bank per process and (look, seed): drawn on first use (~1 s), then every image is cut from it."""
+    return JpegBank(seed=seed, qualities=range(size.jpeg_quality[0], size.jpeg_quality[1] + 1),
+                    noise_std=size.noise_std, num_classes=size.num_classes, max_objects=size.max_objects,
+                    object_fraction=size.object_fraction, long_side=size.long_side[1])
+
+
+def _compose_image(size: SyntheticSize, *, seed: int, split: str, index: int) -> bytes:
+    """The storage content: the same width, height, noise level and quality as the learnable
+    image, its bytes strung together from the bank's pre-encoded segments (nothing to learn)."""
+    rng, width, height, _ = _image_layout(size, seed=seed, split=split, index=index)
+    noise_std = float(rng.uniform(*size.noise_std))
+    quality = int(rng.integers(size.jpeg_quality[0], size.jpeg_quality[1] + 1))
+    return _jpeg_bank(size, seed).compose(rng, width=width, height=height, quality=quality, noise_std=noise_std)
 
 
 # Bytes per pixel of the JPEGs, for estimates only (progress, --dry-run, --help): measured mean
@@ -214,18 +234,26 @@ def estimated_image_bytes(size: SyntheticSize) -> int:
 @dataclasses.dataclass(frozen=True)
 class SyntheticPlan:
     """The dataset as common.data.generation writes it: one job per JPEG, the COCO json of both
-    splits and generator.json at the end."""
+    splits and generator.json at the end. `content`: LEARNABLE draws every picture (objects a
+    detector learns), STORAGE cuts it from a bank of pre-encoded segments (jpeg_bank.py)."""
 
     size: SyntheticSize
     seed: int
+    content: str = LEARNABLE
+
+    def __post_init__(self) -> None:
+        if self.content not in (LEARNABLE, STORAGE):
+            raise ValueError(f"content must be {LEARNABLE!r} or {STORAGE!r}, got {self.content!r}")
 
     @property
     def name(self) -> str:
-        return f"retinanet synthetic (seed {self.seed})"
+        return f"retinanet synthetic (seed {self.seed}{', storage content' if self.content == STORAGE else ''})"
 
     def settings(self) -> dict[str, Any]:
-        return {"generator": "retinanet.data.synthetic", "seed": self.seed,
-                "size": json.loads(json.dumps(dataclasses.asdict(self.size)))}
+        settings = {"generator": "retinanet.data.synthetic", "seed": self.seed,
+                    "size": json.loads(json.dumps(dataclasses.asdict(self.size)))}
+        # named only when it is not the learnable content, so the datasets written before it match
+        return settings if self.content == LEARNABLE else {**settings, "content": self.content}
 
     def _counts(self) -> tuple[tuple[str, int], ...]:
         return ((layout.TRAIN_SPLIT, self.size.num_train), (layout.VALIDATION_SPLIT, self.size.num_validation))
@@ -242,7 +270,8 @@ class SyntheticPlan:
 
     def write(self, job: FileJob, path: Path) -> int:
         split, index = job.key
-        data = _encode_image(self.size, seed=self.seed, split=split, index=index)
+        encode = _encode_image if self.content == LEARNABLE else _compose_image
+        data = encode(self.size, seed=self.seed, split=split, index=index)
         path.write_bytes(data)
         return len(data)
 
@@ -335,31 +364,34 @@ def generate_synthetic_dataset(
     workers: int = 1,
     progress: bool | None = None,
     overwrite: bool = False,
+    content: str = LEARNABLE,
 ) -> GenerationReport:
     """Writes both splits under `out_dir` in one go (all shards); the COCO json files and
     generator.json are written last, atomically."""
     out_dir = Path(out_dir)
     _check_overwrite(out_dir, overwrite=overwrite)
     show_progress = (size.num_train + size.num_validation > 200) if progress is None else progress
-    plan = SyntheticPlan(size=size, seed=seed)
+    plan = SyntheticPlan(size=size, seed=seed, content=content)
     generation.generate(plan, out_dir, workers=workers, progress=show_progress, finalize=False, overwrite=overwrite,
                         log=lambda line: None)
     return plan.report(out_dir)
 
 
-def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: int, workers: int = 1) -> Path:
+def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: int, workers: int = 1,
+                             content: str = LEARNABLE) -> Path:
     """Generates the dataset unless `out_dir` already holds the one these arguments describe."""
     out_dir = Path(out_dir)
     info_file = out_dir / layout.GENERATOR_INFO_FILENAME
     if info_file.exists():
         info = json.loads(info_file.read_text())
-        if info.get("seed") == seed and info.get("size") == json.loads(json.dumps(dataclasses.asdict(size))):
+        if (info.get("seed") == seed and info.get("size") == json.loads(json.dumps(dataclasses.asdict(size)))
+                and info.get("content", LEARNABLE) == content):
             return out_dir
         raise FileExistsError(
             f"{out_dir} holds a synthetic dataset made with other settings ({info_file}); "
             "choose another directory or regenerate it with --overwrite"
         )
-    generate_synthetic_dataset(out_dir, size=size, seed=seed, workers=workers)
+    generate_synthetic_dataset(out_dir, size=size, seed=seed, workers=workers, content=content)
     return out_dir
 
 
@@ -390,8 +422,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
         size = dataclasses.replace(size, num_train=num_train)
     data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
-    out_dir = args.out or data_root / "retinanet" / f"synthetic-{args.size}-seed{args.seed}"
-    plan = SyntheticPlan(size=size, seed=args.seed)
+    storage_suffix = "-storage" if args.content == STORAGE else ""
+    out_dir = args.out or data_root / "retinanet" / f"synthetic-{args.size}-seed{args.seed}{storage_suffix}"
+    plan = SyntheticPlan(size=size, seed=args.seed, content=args.content)
     if not (args.dry_run or args.finalize):
         if args.overwrite and args.shard.count > 1:
             raise SystemExit("--overwrite replaces the whole dataset: run it once without --shard, or give each "
