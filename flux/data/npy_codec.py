@@ -8,6 +8,7 @@ payload bits straight into a caller's buffer, so no per-sample numpy or torch ob
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 
 import numpy as np
@@ -45,11 +46,18 @@ def bf16_bits(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
     return tensor.detach().to("cpu", torch.bfloat16).contiguous().view(torch.uint16).numpy()
 
 
-def encode_bf16_npy(tensor: torch.Tensor | np.ndarray) -> bytes:
-    """The stored cell bytes for one tensor."""
+@functools.lru_cache(maxsize=64)
+def bf16_npy_header(shape: tuple[int, ...]) -> bytes:
+    """The bytes np.save writes before the payload of a C-ordered uint16 array of `shape`."""
     buffer = io.BytesIO()
-    np.save(buffer, bf16_bits(tensor), allow_pickle=False)
-    return buffer.getvalue()
+    np.save(buffer, np.empty(shape, dtype=np.uint16), allow_pickle=False)
+    return buffer.getvalue()[:-2 * int(np.prod(shape, dtype=np.int64))] if shape else buffer.getvalue()[:-2]
+
+
+def encode_bf16_npy(tensor: torch.Tensor | np.ndarray) -> bytes:
+    """The stored cell bytes for one tensor: np.save's bytes of its bf16 bits."""
+    bits = bf16_bits(tensor)
+    return bf16_npy_header(bits.shape) + bits.tobytes()
 
 
 def parse_npy_header(blob: memoryview | bytes | np.ndarray) -> NpyHeader:

@@ -24,11 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation
-from common.data.generation import FileJob, write_text_whole
+from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
 from flux.data import hf_disk, layout
 from flux.data.empty_encodings import save_empty_encodings
 from flux.data.planted import PlantedWorld
@@ -56,12 +57,31 @@ def _fingerprint_seed(size: SyntheticSize, seed: int, split: str) -> str:
     return f"flux-synthetic:{seed}:{split}:{json.dumps(_size_json(size), sort_keys=True)}"
 
 
+_SPLIT_CODES = {"train": 0, "validation": 1}
+# Storage content: random bf16 bit patterns kept to magnitudes in [1/8, 2) (exponents 124..127), so
+# a trainer reading them meets finite values of the usual size. Random bits leave nothing for the
+# storage to compress or deduplicate, and cost a fraction of drawing the planted samples.
+_STORAGE_BITS_KEEP = 0x81FF  # sign, the two low exponent bits, the mantissa
+_STORAGE_BITS_SET = 124 << 7
+
+
+def _storage_bits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    count = int(np.prod(shape))
+    bits = np.frombuffer(rng.bytes(2 * count), dtype=np.uint16).reshape(shape)
+    return (bits & _STORAGE_BITS_KEEP) | _STORAGE_BITS_SET
+
+
 class SyntheticPlan:
     """The dataset as common.data.generation writes it: one job per Arrow shard file of each
-    split; the metadata at the end. Worker processes build the planted world once, on first use."""
+    split; the metadata at the end. Worker processes build the planted world once, on first use.
+    `content`: LEARNABLE writes the planted samples (flux/data/planted.py), STORAGE random bf16
+    cells of the same shapes (the same files and bytes per sample, nothing to learn)."""
 
-    def __init__(self, size: SyntheticSize, *, seed: int, empty_storage: str = "float16") -> None:
-        self.size, self.seed, self.empty_storage = size, seed, empty_storage
+    def __init__(self, size: SyntheticSize, *, seed: int, empty_storage: str = "float16",
+                 content: str = LEARNABLE) -> None:
+        if content not in (LEARNABLE, STORAGE):
+            raise ValueError(f"content must be {LEARNABLE!r} or {STORAGE!r}, got {content!r}")
+        self.size, self.seed, self.empty_storage, self.content = size, seed, empty_storage, content
         self._world: PlantedWorld | None = None
 
     def __getstate__(self) -> dict:
@@ -75,11 +95,22 @@ class SyntheticPlan:
 
     @property
     def name(self) -> str:
-        return f"flux synthetic (seed {self.seed})"
+        return f"flux synthetic (seed {self.seed}{', storage content' if self.content == STORAGE else ''})"
 
     def settings(self) -> dict[str, Any]:
-        return {"generator": "flux.data.synthetic", "seed": self.seed, "size": _size_json(self.size),
-                "empty_storage": self.empty_storage}
+        settings = {"generator": "flux.data.synthetic", "seed": self.seed, "size": _size_json(self.size),
+                    "empty_storage": self.empty_storage}
+        # named only when it is not the learnable content, so the datasets written before it match
+        return settings if self.content == LEARNABLE else {**settings, "content": self.content}
+
+    def _row(self, split: str, index: int) -> dict[str, np.ndarray]:
+        if self.content == LEARNABLE:
+            sample = self.world.sample(split, index)
+            return {"t5": sample.t5, "clip": sample.clip, "mean": sample.mean, "logvar": sample.logvar}
+        shapes = self.size.shapes
+        rng = np.random.default_rng([self.seed, 11, _SPLIT_CODES[split], index])
+        return {"t5": _storage_bits(rng, shapes.t5_shape), "clip": _storage_bits(rng, shapes.clip_shape),
+                "mean": _storage_bits(rng, shapes.latent_shape), "logvar": _storage_bits(rng, shapes.latent_shape)}
 
     def _splits(self) -> list[tuple[str, str, int]]:
         size = self.size
@@ -108,9 +139,8 @@ class SyntheticPlan:
         shard = ShardFileWriter(path, num_rows=num_rows, with_timestep=validation)
         try:
             for index in range(start, start + num_rows):
-                sample = self.world.sample(split, index)
-                shard.append(key=f"{index:09d}", t5=sample.t5, clip=sample.clip, mean=sample.mean,
-                             logvar=sample.logvar, timestep=index % layout.NUM_EVAL_TIMESTEPS if validation else None)
+                shard.append(key=f"{index:09d}", **self._row(split, index),
+                             timestep=index % layout.NUM_EVAL_TIMESTEPS if validation else None)
         except BaseException:
             shard.abort()
             raise
@@ -161,13 +191,14 @@ def generate(
     overwrite: bool = False,
     empty_storage: str = "float16",
     workers: int = 1,
+    content: str = LEARNABLE,
 ) -> Path:
     """Writes the three parts and generator.json under `out_dir`; returns `out_dir`."""
     size = get_size(size) if isinstance(size, str) else size
     out_dir = Path(out_dir)
     _clear(out_dir, overwrite=overwrite)
     show = size.total_bytes >= _PROGRESS_BYTES if progress is None else progress
-    plan = SyntheticPlan(size, seed=seed, empty_storage=empty_storage)
+    plan = SyntheticPlan(size, seed=seed, empty_storage=empty_storage, content=content)
     # Per-sample tensors are small; torch's intra-op threads only contend with each other (a
     # 1 M-value bf16 cast took 12 ms on 2 busy cores, 0.6 ms on one thread).
     threads = torch.get_num_threads()
@@ -180,14 +211,16 @@ def generate(
 
 
 def ensure_synthetic(
-    out_dir: str | Path, *, size: str | SyntheticSize, seed: int, progress: bool | None = None
+    out_dir: str | Path, *, size: str | SyntheticSize, seed: int, progress: bool | None = None,
+    content: str = LEARNABLE,
 ) -> Path:
     """Generates the dataset unless `out_dir` already holds the one these arguments describe."""
     resolved = get_size(size) if isinstance(size, str) else size
     info = read_generator_info(out_dir)
     if info is None:
-        return generate(out_dir, size=resolved, seed=seed, progress=progress)
-    if info.get("seed") == seed and info.get("size") == _size_json(resolved):
+        return generate(out_dir, size=resolved, seed=seed, progress=progress, content=content)
+    if (info.get("seed") == seed and info.get("size") == _size_json(resolved)
+            and info.get("content", LEARNABLE) == content):
         return Path(out_dir)
     raise FileExistsError(
         f"{out_dir} holds a synthetic FLUX dataset made with other settings ({out_dir}/{layout.GENERATOR_INFO_FILE}); "
@@ -220,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
               f"fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
         size = dataclasses.replace(size, num_train=num_train)
     data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
-    out = args.out or layout.dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed))
-    plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage)
+    name = layout.synthetic_dataset_name(args.size, args.seed) + ("-storage" if args.content == STORAGE else "")
+    out = args.out or layout.dataset_dir(data_root, name)
+    plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage, content=args.content)
     if not (args.dry_run or args.finalize):
         if args.overwrite and args.shard.count > 1:
             raise SystemExit("--overwrite replaces the whole dataset: run it once without --shard, or give each "

@@ -127,3 +127,24 @@ def test_preset_sample_bytes() -> None:
         "small": 25_216,
         "reference": 2_164_736,
     }
+
+
+def test_storage_content_reads_like_the_learnable_one_with_bounded_random_cells(tmp_path: Path) -> None:
+    """`--content storage`: the same files, shapes and bytes per sample, random bf16 cells of
+    magnitudes in [1/8, 2) (finite for a trainer), nothing shared with the learnable samples."""
+    size = get_size("tiny")
+    learnable = layout.synthetic_paths(generate(tmp_path / "learnable", size="tiny", seed=2))
+    storage = layout.synthetic_paths(generate(tmp_path / "storage", size="tiny", seed=2, content="storage"))
+    assert read_generator_info(tmp_path / "storage")["content"] == "storage"
+    for split in ("train", "validation"):
+        ours, theirs = FluxArrowDataset(getattr(storage, split)), FluxArrowDataset(getattr(learnable, split))
+        assert len(ours) == len(theirs) and ours.shapes == theirs.shapes == size.shapes
+        assert sum(p.stat().st_size for p in ours.shard_paths) == sum(p.stat().st_size for p in theirs.shard_paths)
+        batch = ours.get_batch(np.arange(len(ours)))
+        for name in ("t5", "clip", "mean", "logvar"):
+            values = getattr(batch, name).float().abs()
+            assert torch.isfinite(values).all() and values.min() >= 0.125 and values.max() < 2.0, name
+            assert not torch.equal(getattr(batch, name), getattr(theirs.get_batch(np.arange(len(theirs))), name))
+    with pytest.raises(FileExistsError, match="other settings"):
+        ensure_synthetic(tmp_path / "storage", size="tiny", seed=2)
+    assert ensure_synthetic(tmp_path / "storage", size="tiny", seed=2, content="storage") == tmp_path / "storage"
