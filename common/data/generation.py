@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 from tqdm import tqdm
 
 PARTIAL_MARK = ".partial-"
@@ -244,7 +245,7 @@ def generate(plan: DatasetPlan, out_dir: str | Path, *, workers: int = 1, shard:
     try:
         for count, (job, nbytes) in enumerate(_written(plan, out_dir, todo, workers), start=1):
             written_bytes += nbytes
-            bar.update(job.nbytes)
+            bar.update(nbytes)  # bytes on disk: the bar's MB/s is the real rate, its total an estimate
             bar.set_postfix_str(f"{count}/{len(todo)} files", refresh=False)
     finally:
         bar.close()
@@ -345,19 +346,77 @@ def measure_rate(plan: DatasetPlan, *, sample_files: int = 3, sample_bytes: int 
         return written / max(time.perf_counter() - started, 1e-9)
 
 
-def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard) -> list[str]:
+def dirty_limit_bytes() -> int:
+    """About how many written bytes the kernel holds in memory before it makes writers wait for the
+    storage (vm.dirty_bytes, or vm.dirty_ratio of the memory it can use for them)."""
+    vm = Path("/proc/sys/vm")
+    dirty_bytes = int((vm / "dirty_bytes").read_text())
+    if dirty_bytes:
+        return dirty_bytes
+    available = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemAvailable:"))
+    return int(available * int((vm / "dirty_ratio").read_text()) / 100)
+
+
+def probe_write_rate(directory: Path, *, past_limit: int = 1 << 30) -> float:
+    """Bytes per second the file system under `directory` takes once the kernel's dirty limit is
+    reached: a file of (dirty limit + `past_limit`) bytes written through the page cache, timed over
+    its last `past_limit` bytes and the final flush, then deleted."""
+    limit = dirty_limit_bytes()
+    chunk = np.random.default_rng(0).bytes(16 << 20)
+    handle, name = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+    try:
+        written, started = 0, None
+        while written < limit + past_limit:
+            if started is None and written >= limit:
+                started = time.perf_counter()
+            written += os.write(handle, chunk)
+        os.fdatasync(handle)
+        return past_limit / (time.perf_counter() - (started or time.perf_counter()))
+    finally:
+        os.close(handle)
+        os.unlink(name)
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.resolve()
+    while not path.is_dir():
+        path = path.parent
+    return path
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    return f"{seconds / 60:,.1f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
+
+
+def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Path | None = None,
+                  probe_storage: bool = False) -> list[str]:
     jobs = list(plan.jobs())
     mine = shard.take(jobs)
     total = sum(job.nbytes for job in jobs)
     own = sum(job.nbytes for job in mine)
     rate = measure_rate(plan)
     parallel = rate * min(workers, os.cpu_count() or 1)
-    return [
+    generating = own / max(parallel, 1e-9)
+    lines = [
         f"{plan.name}: {len(jobs):,} data files, {_human(total)} (estimated), plus metadata",
         f"shard {shard}: {len(mine):,} files, {_human(own)}",
         f"measured {rate / 1e6:,.1f} MB/s in one process on a few files; with {workers} worker(s) (up to "
-        f"{os.cpu_count()} cores) about {own / max(parallel, 1e-9) / 60:,.1f} min for this shard",
+        f"{os.cpu_count()} cores) about {_duration(generating)} of generating for this shard",
     ]
+    limit = dirty_limit_bytes()
+    if own <= limit:
+        return lines
+    if not probe_storage:
+        return [*lines, f"beyond the first {_human(limit)} (the kernel's dirty limit here) the storage's write rate "
+                        f"bounds it too: --probe-storage measures that rate (writes and deletes {_human(limit + (1 << 30))})"]
+    target = _existing_parent(out_dir or Path.cwd())
+    storage = probe_write_rate(target)
+    expected = max(generating, limit / max(parallel, 1e-9) + (own - limit) / storage)
+    return [*lines, f"{target} takes {storage / 1e6:,.1f} MB/s past the kernel's dirty limit ({_human(limit)}): "
+                    f"expect about {_duration(expected)} for this shard"]
 
 
 # ------------------------------------------------------------------------ the command line
@@ -385,6 +444,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
     parser.add_argument("--no-finalize", action="store_true", help="never write the metadata (a later --finalize does)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print files, bytes and the expected time at a rate measured on a few files; write nothing")
+    parser.add_argument("--probe-storage", action="store_true",
+                        help="with --dry-run: measure the write rate of --out's file system past the kernel's "
+                             "dirty limit (writes and deletes a file of that size plus 1 GiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace what --out holds from other settings")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -410,8 +472,11 @@ def run_command(plan: DatasetPlan, out_dir: Path, args: argparse.Namespace) -> i
     """What `main` of each generator does once it has built its plan from the flags."""
     if args.workers < 1:
         raise SystemExit("--workers must be >= 1")
+    if args.probe_storage and not args.dry_run:
+        raise SystemExit("--probe-storage goes with --dry-run")
     if args.dry_run:
-        for line in dry_run_lines(plan, workers=args.workers, shard=args.shard):
+        for line in dry_run_lines(plan, workers=args.workers, shard=args.shard, out_dir=out_dir,
+                                  probe_storage=args.probe_storage):
             print(line)
         return 0
     if args.finalize:
