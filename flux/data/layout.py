@@ -7,7 +7,8 @@
 
 The downloaded directory names are the ones the MLCommons R2 downloader creates (the last path
 component of each dataset URL) and the paths the reference trainer reads from /dataset.
-A dataset is named `mlcommons` (the download) or `synthetic-<size>-seed<N>`.
+A dataset is named `mlcommons` (the download) or `synthetic-<size>-seed<N>` (`...-storage`: the
+storage content, the same files made fast with nothing to learn).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+
+from common.data.generation import LEARNABLE, STORAGE
 
 BENCHMARK_DIRNAME = "flux"
 MLCOMMONS_DATASET = "mlcommons"
@@ -33,7 +36,8 @@ REFERENCE_NUM_TRAIN_SHARDS = 4_762
 REFERENCE_NUM_VALIDATION_SHARDS = 129
 NUM_EVAL_TIMESTEPS = 8  # validation sample i is scored at t = (i % 8) / 8
 
-_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)$")
+# "-storage": the storage content (the same files made fast, nothing to learn)
+_SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)(?P<storage>-storage)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,17 +49,22 @@ class DatasetPaths:
     empty_encodings: Path
 
 
-def synthetic_dataset_name(size: str, seed: int) -> str:
-    name = f"synthetic-{size}-seed{seed}"
+def synthetic_dataset_name(size: str, seed: int, content: str = LEARNABLE) -> str:
+    name = f"synthetic-{size}-seed{seed}" + ("-storage" if content == STORAGE else "")
     if seed < 0 or not _SYNTHETIC_NAME.match(name):
         raise ValueError(f"bad synthetic dataset size/seed: size={size!r} seed={seed}")
     return name
 
 
 def parse_synthetic_name(name: str) -> tuple[str, int] | None:
-    """(size, seed) of a `synthetic-<size>-seed<N>` name, None for any other name."""
+    """(size, seed) of a `synthetic-<size>-seed<N>[-storage]` name, None for any other name."""
     match = _SYNTHETIC_NAME.match(name)
     return (match["size"], int(match["seed"])) if match else None
+
+
+def synthetic_content(name: str) -> str:
+    """What a synthetic dataset's name says its files hold (common.data.generation's contents)."""
+    return STORAGE if name.endswith("-storage") else LEARNABLE
 
 
 def dataset_dir(data_root: str | Path, name: str) -> Path:
@@ -63,7 +72,8 @@ def dataset_dir(data_root: str | Path, name: str) -> Path:
     if name == MLCOMMONS_DATASET:
         return Path(data_root) / BENCHMARK_DIRNAME
     if parse_synthetic_name(name) is None:
-        raise ValueError(f"FLUX dataset name {name!r} is neither {MLCOMMONS_DATASET!r} nor 'synthetic-<size>-seed<N>'")
+        raise ValueError(f"FLUX dataset name {name!r} is neither {MLCOMMONS_DATASET!r} nor "
+                         "'synthetic-<size>-seed<N>[-storage]'")
     return Path(data_root) / BENCHMARK_DIRNAME / name
 
 

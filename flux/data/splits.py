@@ -47,7 +47,7 @@ def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool =
         size, seed = synthetic
         if size not in SYNTHETIC_SIZES:
             raise ValueError(f"dataset {name!r}: unknown synthetic size {size!r}; known: {sorted(SYNTHETIC_SIZES)}")
-        ensure_synthetic(dataset_dir, size=size, seed=seed)
+        ensure_synthetic(dataset_dir, size=size, seed=seed, content=layout.synthetic_content(name))
     return dataset_dir
 
 

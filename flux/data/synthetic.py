@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
               f"fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
         size = dataclasses.replace(size, num_train=num_train)
     data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
-    name = layout.synthetic_dataset_name(args.size, args.seed) + ("-storage" if args.content == STORAGE else "")
+    name = layout.synthetic_dataset_name(args.size, args.seed, args.content)
     out = args.out or layout.dataset_dir(data_root, name)
     plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage, content=args.content)
     if not (args.dry_run or args.finalize):

@@ -13,6 +13,10 @@ def test_names_round_trip_and_bad_names_fail() -> None:
     assert layout.synthetic_dataset_name("tiny", 3) == "synthetic-tiny-seed3"
     assert layout.parse_synthetic_name("synthetic-reference-seed12") == ("reference", 12)
     assert layout.parse_synthetic_name("mlcommons") is None
+    assert layout.synthetic_dataset_name("tiny", 3, "storage") == "synthetic-tiny-seed3-storage"
+    assert layout.parse_synthetic_name("synthetic-tiny-seed3-storage") == ("tiny", 3)
+    assert layout.synthetic_content("synthetic-tiny-seed3-storage") == "storage"
+    assert layout.synthetic_content("synthetic-tiny-seed3") == "learnable"
     with pytest.raises(ValueError):
         layout.synthetic_dataset_name("Tiny!", 0)
     with pytest.raises(ValueError, match="neither 'mlcommons' nor"):
