@@ -65,7 +65,7 @@ def materialise(config: DataConfig) -> pathlib.Path:
         except ValueError as error:
             raise ConfigError(f"recommendation_v4.DataConfig.dataset: {error}") from error
         if kind["kind"] == "synthetic" and config.generate_if_missing:
-            ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]))
+            ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]), content=str(kind["content"]))
         schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
         split = SplitConfig(test_day=config.test_day)
         other = other_split(dataset_dir, split)

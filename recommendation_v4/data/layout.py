@@ -7,13 +7,16 @@
     <dataset_dir>/synthetic_truth/...      (synthetic only: the planted latent factors)
 
 Directory names: `yambda-<50m|500m|5b>` for the published data and
-`yambda-synthetic-<size>-seed<seed>` for generated data.
+`yambda-synthetic-<size>-seed<seed>` for generated data (`...-storage`: the storage content, the
+same files made fast with nothing to learn).
 """
 
 from __future__ import annotations
 
 import pathlib
 import re
+
+from common.data.generation import LEARNABLE, STORAGE
 
 RAW_DIR = "raw"
 PROCESSED_DIR = "processed"
@@ -29,7 +32,8 @@ REAL_SIZES: tuple[str, ...] = ("50m", "500m", "5b")
 YAMBDA_5B_TRAIN_SAMPLES = 2_290_835_423
 
 _REAL_NAME = re.compile(r"^yambda-(50m|500m|5b)$")
-_SYNTHETIC_NAME = re.compile(r"^yambda-synthetic-([a-z0-9_]+)-seed(\d+)$")
+# "-storage": the storage content (the same files made fast, nothing to learn)
+_SYNTHETIC_NAME = re.compile(r"^yambda-synthetic-([a-z0-9_]+)-seed(\d+)(-storage)?$")
 
 
 def real_dataset_name(size: str) -> str:
@@ -38,8 +42,8 @@ def real_dataset_name(size: str) -> str:
     return f"yambda-{size}"
 
 
-def synthetic_dataset_name(size: str, seed: int) -> str:
-    name = f"yambda-synthetic-{size}-seed{seed}"
+def synthetic_dataset_name(size: str, seed: int, content: str = LEARNABLE) -> str:
+    name = f"yambda-synthetic-{size}-seed{seed}" + ("-storage" if content == STORAGE else "")
     if seed < 0 or not _SYNTHETIC_NAME.match(name):
         raise ValueError(f"bad synthetic dataset size/seed: size={size!r} seed={seed}")
     return name
@@ -50,10 +54,11 @@ def parse_dataset_name(name: str) -> dict[str, str | int]:
     if match := _REAL_NAME.match(name):
         return {"kind": "real", "size": match.group(1)}
     if match := _SYNTHETIC_NAME.match(name):
-        return {"kind": "synthetic", "size": match.group(1), "seed": int(match.group(2))}
+        return {"kind": "synthetic", "size": match.group(1), "seed": int(match.group(2)),
+                "content": STORAGE if match.group(3) else LEARNABLE}
     raise ValueError(
         f"dataset name {name!r} is neither `yambda-<50m|500m|5b>` nor "
-        "`yambda-synthetic-<size>-seed<seed>`"
+        "`yambda-synthetic-<size>-seed<seed>[-storage]`"
     )
 
 

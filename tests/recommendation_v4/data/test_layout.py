@@ -12,7 +12,11 @@ def test_names_round_trip() -> None:
     assert layout.synthetic_dataset_name("small", 3) == "yambda-synthetic-small-seed3"
     assert layout.parse_dataset_name("yambda-500m") == {"kind": "real", "size": "500m"}
     assert layout.parse_dataset_name("yambda-synthetic-longhist-seed12") == {
-        "kind": "synthetic", "size": "longhist", "seed": 12,
+        "kind": "synthetic", "size": "longhist", "seed": 12, "content": "learnable",
+    }
+    assert layout.synthetic_dataset_name("small", 3, "storage") == "yambda-synthetic-small-seed3-storage"
+    assert layout.parse_dataset_name("yambda-synthetic-small-seed3-storage") == {
+        "kind": "synthetic", "size": "small", "seed": 3, "content": "storage",
     }
 
 
