@@ -22,7 +22,8 @@ generation" and "Generation done"); `ours_over_dlio` is their ratio per content.
 blocks that repeat an earlier one. `--ceilings` adds the machine's own limits for the same total:
 a plain sequential write of one prepared random buffer, the same with numpy's random bytes made
 per file, and with dgen-py's generator (MLPerf Storage's DLIO fork uses it) where it is installed.
-`--workers K` (K > 1) adds the whole-machine rate: ours with K worker processes, the ceilings from
+`--repeat N` measures ours and DLIO's N times each and keeps each one's median run (every run's
+rate listed beside it). `--workers K` (K > 1) adds the whole-machine rate: ours with K worker processes, the ceilings from
 K processes. Writes end in the page cache (nothing syncs), on every side. Measure one job at a time:
 wall time counts what else runs. One JSON line per benchmark.
 """
@@ -104,6 +105,7 @@ def measure_ours(benchmark: str, *, content: str, target_bytes: int, scratch: Pa
     out = scratch / f"ours-{benchmark}-{content}"
     _warm_up(plan, scratch)
     pieces = _breakdown(benchmark, plan, scratch) if breakdown else None
+    os.sync()  # what earlier measurements left for the kernel to write back is not this one's cost
     cpu, wall = _cpu_seconds(), time.perf_counter()
     result = generation.generate(plan, out, workers=workers, progress=False, finalize=False, log=lambda line: None)
     data_cpu, data_wall = _cpu_seconds() - cpu, time.perf_counter() - wall
@@ -166,6 +168,7 @@ def measure_ceilings(total: int, scratch: Path, workers: int) -> dict[str, Any]:
         for processes in sorted({1, workers}):
             directory = scratch / f"ceiling-{source}-{processes}"
             directory.mkdir()
+            os.sync()
             started = time.perf_counter()
             if processes == 1:
                 written = _write_files(str(directory), total, source, 0)
@@ -286,9 +289,15 @@ def _storage_breakdown(benchmark: str, plan, target: Path, pieces: dict[str, flo
         shard.close()
         pieces["Arrow write (record batches, file)"] = time.perf_counter() - t - pieces["npy encode (bf16 cells)"]
     else:
-        t = time.perf_counter()
-        plan.write(plan.jobs()[0], target)
-        _timed(pieces, "one part, events and parquet", t)
+        from recommendation_v4.data import synthetic as ys
+
+        for job in plan.jobs()[:2]:
+            t = time.perf_counter()
+            table = plan._chunk_table(job)
+            t = _timed(pieces, "drawing (a chunk's columns from lookup tables)", t)
+            with ys._event_log_writer(target, plan.content) as writer:
+                writer.write_table(table, row_group_size=ys.PARQUET_ROW_GROUP_ROWS)
+            _timed(pieces, "parquet write (lz4, byte-stream-split)", t)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceilings", action="store_true",
                         help="the machine's own rates: random bytes written plainly, numpy's and dgen-py's")
     parser.add_argument("--workers", type=int, default=1, help="K > 1: the whole-machine rates with K processes too")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure ours and DLIO's N times each and keep the median run (this machine's write "
+                             "rates vary run to run)")
     parser.add_argument("--scratch", type=Path, help="where to write (default: a temporary directory)")
     args = parser.parse_args(argv)
     target = int(args.target_mb * 1e6)
@@ -307,14 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="generation-bench-", dir=args.scratch) as scratch:
             line: dict[str, Any] = {"benchmark": benchmark, "ours": {}}
             for content in args.content or CONTENT_KINDS:
-                line["ours"][content] = measure_ours(benchmark, content=content, target_bytes=target,
-                                                     scratch=Path(scratch))
+                line["ours"][content] = _median_of(args.repeat, "mb_per_s", lambda first: measure_ours(
+                    benchmark, content=content, target_bytes=target, scratch=Path(scratch), breakdown=first))
                 if args.workers > 1:
                     line["ours"][f"{content}, {args.workers} workers"] = measure_ours(
                         benchmark, content=content, target_bytes=target, scratch=Path(scratch),
                         workers=args.workers, breakdown=False)
             if not args.no_dlio:
-                line["dlio"] = _measure_dlio(benchmark, Path(scratch), target)
+                line["dlio"] = _median_of(args.repeat, "generate_mb_per_s",
+                                          lambda first: _measure_dlio(benchmark, Path(scratch), target))
                 # one definition on both sides: wall time of one process while it generates (DLIO's
                 # ~4 s of importing TensorFlow and torch left out, as our untimed first file is)
                 theirs = line["dlio"].get("generate_mb_per_s")
@@ -327,9 +340,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _median_of(repeat: int, key: str, measure) -> dict[str, Any]:
+    """The run with the median `key` of `repeat` runs (`measure(first)`), with every run's `key` beside it."""
+    runs = [measure(index == 0) for index in range(max(1, repeat))]
+    rated = sorted((run for run in runs if run.get(key) is not None), key=lambda run: run[key])
+    if not rated:
+        return runs[0]
+    chosen = dict(rated[(len(rated) - 1) // 2])
+    chosen.update({f"{key}_runs": [run.get(key) for run in runs]})
+    if "where_time_goes" in runs[0]:
+        chosen["where_time_goes"] = runs[0]["where_time_goes"]
+    return chosen
+
+
 def _measure_dlio(benchmark: str, scratch: Path, target: int) -> dict[str, Any]:
     from storage.dlio.datagen_rate import measure_dlio_datagen
 
+    os.sync()
     try:
         dlio = measure_dlio_datagen(benchmark, out_dir=scratch / "dlio", target_bytes=target, keep=True)
     except Exception as error:  # DLIO's environment cannot be built (no network), or DLIO failed
