@@ -26,6 +26,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -363,11 +364,18 @@ def probe_write_rate(directory: Path, *, past_limit: int = 1 << 30) -> float:
     reached: a file of (dirty limit + `past_limit`) bytes written through the page cache, timed over
     its last `past_limit` bytes and the final flush, then deleted."""
     limit = dirty_limit_bytes()
+    needed = limit + past_limit
+    free = shutil.disk_usage(directory).free
+    if free < needed + (1 << 30):
+        raise OSError(f"{directory} has {_human(free)} free; probing its write rate needs {_human(needed)} and a "
+                      "GiB to spare")
     chunk = np.random.default_rng(0).bytes(16 << 20)
     handle, name = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+    # nameless from the start: a probe killed by any signal leaves no file, its blocks freed on exit
+    os.unlink(name)
     try:
         written, started = 0, None
-        while written < limit + past_limit:
+        while written < needed:
             if started is None and written >= limit:
                 started = time.perf_counter()
             written += os.write(handle, chunk)
@@ -375,7 +383,6 @@ def probe_write_rate(directory: Path, *, past_limit: int = 1 << 30) -> float:
         return past_limit / (time.perf_counter() - (started or time.perf_counter()))
     finally:
         os.close(handle)
-        os.unlink(name)
 
 
 def _existing_parent(path: Path) -> Path:
@@ -413,7 +420,10 @@ def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Pat
         return [*lines, f"beyond the first {_human(limit)} (the kernel's dirty limit here) the storage's write rate "
                         f"bounds it too: --probe-storage measures that rate (writes and deletes {_human(limit + (1 << 30))})"]
     target = _existing_parent(out_dir or Path.cwd())
-    storage = probe_write_rate(target)
+    try:
+        storage = probe_write_rate(target)
+    except OSError as error:
+        return [*lines, f"--probe-storage: {error}; the estimate above leaves the storage out"]
     expected = max(generating, limit / max(parallel, 1e-9) + (own - limit) / storage)
     return [*lines, f"{target} takes {storage / 1e6:,.1f} MB/s past the kernel's dirty limit ({_human(limit)}): "
                     f"expect about {_duration(expected)} for this shard"]
