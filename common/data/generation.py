@@ -319,32 +319,72 @@ def samples_to_fill(ratio: float, bytes_per_sample: float, memory_bytes: int | N
     return max(1, math.ceil(ratio * memory / bytes_per_sample))
 
 
+def _sample_jobs(jobs: Sequence[FileJob], count: int) -> list[FileJob]:
+    step = max(1, len(jobs) // count)
+    return sorted(jobs[::step][:count], key=lambda job: job.nbytes)
+
+
+def _write_sample(scratch: str, job: FileJob, plan: DatasetPlan | None = None) -> tuple[float, float, int]:
+    """(start, end, bytes) of writing `job` into `scratch` and deleting it; the clock is system-wide."""
+    path = Path(scratch) / f"{os.getpid()}-{Path(job.relpath).name}"
+    started = time.monotonic()
+    written = (plan or _WORKER_PLAN).write(job, path)
+    ended = time.monotonic()
+    path.unlink()
+    return started, ended, written
+
+
+def _init_rate_worker(plan: DatasetPlan, scratch: str, warm_up: FileJob | None) -> None:
+    # what a process builds once (a plan's world, a bank of segments) is paid once per worker in a
+    # real run, not once per file: one file first, untimed
+    _init_worker(plan)
+    if warm_up is not None:
+        _write_sample(scratch, warm_up)
+
+
 def measure_rate(plan: DatasetPlan, *, sample_files: int = 3, sample_bytes: int = 64_000_000,
                  seconds: float = 10.0) -> float:
     """Bytes per second one process writes, from a few of the plan's files (spread over the
-    dataset, at most ~`sample_bytes` unless one file is bigger) written to a scratch directory."""
+    dataset, at most ~`sample_bytes` unless one file is bigger) written to a scratch directory,
+    after an untimed file."""
     jobs = list(plan.jobs())
-    step = max(1, len(jobs) // sample_files)
-    picked = sorted(jobs[::step][:sample_files], key=lambda job: job.nbytes)
-    _init_worker(plan)
+    warm_up = min(jobs, key=lambda job: job.nbytes) if len(jobs) > 1 else None
     with tempfile.TemporaryDirectory(prefix="generation-rate-") as scratch:
-        if len(jobs) > 1:
-            # one file first, untimed: what a process builds once (a plan's world, a bank of
-            # segments) is paid once per worker in a real run, not once per file
-            warm_up = min(jobs, key=lambda job: job.nbytes)
-            path = Path(scratch) / warm_up.relpath
-            path.parent.mkdir(parents=True, exist_ok=True)
-            plan.write(warm_up, path)
-            path.unlink()
-        written, started = 0, time.perf_counter()
-        for job in picked:
-            path = Path(scratch) / job.relpath
-            path.parent.mkdir(parents=True, exist_ok=True)
-            written += plan.write(job, path)
-            path.unlink()
-            if time.perf_counter() - started > seconds or written >= sample_bytes:
+        _init_rate_worker(plan, scratch, warm_up)
+        written, started = 0, time.monotonic()
+        for job in _sample_jobs(jobs, sample_files):
+            written += _write_sample(scratch, job)[2]
+            if time.monotonic() - started > seconds or written >= sample_bytes:
                 break
-        return written / max(time.perf_counter() - started, 1e-9)
+        return written / max(time.monotonic() - started, 1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersRate:
+    bytes_per_second: float  # all the workers together, once started
+    start_seconds: float  # from starting the pool until every worker has written its first file
+
+
+def measure_workers(plan: DatasetPlan, processes: int, *, sample_files: int = 3,
+                    sample_bytes: int = 256_000_000) -> WorkersRate:
+    """What `processes` worker processes (spawned as a run spawns them) write together, from a few
+    of the plan's files each (at most ~`sample_bytes` per process unless one file is bigger): they
+    share the cores and the kernel's write-back as a run's workers do."""
+    jobs = list(plan.jobs())
+    warm_up = min(jobs, key=lambda job: job.nbytes) if len(jobs) > 1 else None
+    picked = _sample_jobs(jobs, sample_files * processes)
+    budget = sample_bytes * processes
+    picked = picked[:max(processes, next((i for i in range(len(picked))
+                                          if sum(job.nbytes for job in picked[:i + 1]) >= budget), len(picked)))]
+    with tempfile.TemporaryDirectory(prefix="generation-rate-") as scratch:
+        started = time.monotonic()
+        with multiprocessing.get_context("spawn").Pool(processes, initializer=_init_rate_worker,
+                                                       initargs=(plan, scratch, warm_up)) as pool:
+            pool.starmap(time.sleep, [(0.0,)] * processes)  # every worker has warmed up before the clock starts
+            ready = time.monotonic()
+            spans = pool.starmap(_write_sample, [(scratch, job) for job in picked], chunksize=1)
+    rate = sum(span[2] for span in spans) / max(max(s[1] for s in spans) - min(s[0] for s in spans), 1e-9)
+    return WorkersRate(bytes_per_second=rate, start_seconds=ready - started)
 
 
 def dirty_limit_bytes() -> int:
@@ -359,11 +399,12 @@ def dirty_limit_bytes() -> int:
     return int(available * int((vm / "dirty_ratio").read_text()) / 100)
 
 
-def probe_write_rate(directory: Path, *, past_limit: int = 1 << 30) -> float:
+def probe_write_rate(directory: Path, *, past_limit: int = 2 << 30) -> float:
     """Bytes per second the file system under `directory` takes once the kernel's dirty limit is
-    reached: a file of (dirty limit + `past_limit`) bytes written through the page cache, timed over
-    its last `past_limit` bytes and the final flush, then deleted."""
-    limit = dirty_limit_bytes()
+    reached: a file written through the page cache, timed over `past_limit` bytes once 1.25x the
+    dirty limit is written (from then on the kernel lets a writer go only as fast as it writes
+    back), then deleted."""
+    limit = int(1.25 * dirty_limit_bytes())
     needed = limit + past_limit
     free = shutil.disk_usage(directory).free
     if free < needed + (1 << 30):
@@ -377,10 +418,9 @@ def probe_write_rate(directory: Path, *, past_limit: int = 1 << 30) -> float:
         written, started = 0, None
         while written < needed:
             if started is None and written >= limit:
-                started = time.perf_counter()
+                started, timed_from = time.perf_counter(), written
             written += os.write(handle, chunk)
-        os.fdatasync(handle)
-        return past_limit / (time.perf_counter() - (started or time.perf_counter()))
+        return (written - timed_from) / (time.perf_counter() - started)
     finally:
         os.close(handle)
 
@@ -405,26 +445,34 @@ def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Pat
     total = sum(job.nbytes for job in jobs)
     own = sum(job.nbytes for job in mine)
     rate = measure_rate(plan)
-    parallel = rate * min(workers, os.cpu_count() or 1)
-    generating = own / max(parallel, 1e-9)
+    processes = min(workers, len(mine))
+    if processes > 1:
+        measured = measure_workers(plan, processes)
+        parallel, start = measured.bytes_per_second, measured.start_seconds
+        together = (f", {parallel / 1e6:,.1f} MB/s in {processes} worker processes together (after "
+                    f"{start:,.1f} s starting them)")
+    else:
+        parallel, start, together = rate, 0.0, ""
+    generating = start + own / max(parallel, 1e-9)
     lines = [
         f"{plan.name}: {len(jobs):,} data files, {_human(total)} (estimated), plus metadata",
         f"shard {shard}: {len(mine):,} files, {_human(own)}",
-        f"measured {rate / 1e6:,.1f} MB/s in one process on a few files; with {workers} worker(s) (up to "
-        f"{os.cpu_count()} cores) about {_duration(generating)} of generating for this shard",
+        f"measured {rate / 1e6:,.1f} MB/s in one process on a few files{together}: about "
+        f"{_duration(generating)} of generating for this shard",
     ]
     limit = dirty_limit_bytes()
     if own <= limit:
         return lines
     if not probe_storage:
         return [*lines, f"beyond the first {_human(limit)} (the kernel's dirty limit here) the storage's write rate "
-                        f"bounds it too: --probe-storage measures that rate (writes and deletes {_human(limit + (1 << 30))})"]
+                        f"bounds it too: --probe-storage measures that rate (writes and deletes "
+                        f"{_human(1.25 * limit + (2 << 30))})"]
     target = _existing_parent(out_dir or Path.cwd())
     try:
         storage = probe_write_rate(target)
     except OSError as error:
         return [*lines, f"--probe-storage: {error}; the estimate above leaves the storage out"]
-    expected = max(generating, limit / max(parallel, 1e-9) + (own - limit) / storage)
+    expected = max(generating, start + limit / max(parallel, 1e-9) + (own - limit) / storage)
     return [*lines, f"{target} takes {storage / 1e6:,.1f} MB/s past the kernel's dirty limit ({_human(limit)}): "
                     f"expect about {_duration(expected)} for this shard"]
 
@@ -456,7 +504,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
                         help="print files, bytes and the expected time at a rate measured on a few files; write nothing")
     parser.add_argument("--probe-storage", action="store_true",
                         help="with --dry-run: measure the write rate of --out's file system past the kernel's "
-                             "dirty limit (writes and deletes a file of that size plus 1 GiB)")
+                             "dirty limit (writes and deletes a file of 1.25x that size plus 2 GiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace what --out holds from other settings")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
