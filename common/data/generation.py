@@ -27,6 +27,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -34,7 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 from tqdm import tqdm
 
 PARTIAL_MARK = ".partial-"
@@ -399,30 +399,58 @@ def dirty_limit_bytes() -> int:
     return int(available * int((vm / "dirty_ratio").read_text()) / 100)
 
 
-def probe_write_rate(directory: Path, *, past_limit: int = 2 << 30) -> float:
-    """Bytes per second the file system under `directory` takes once the kernel's dirty limit is
-    reached: a file written through the page cache, timed over `past_limit` bytes once 1.25x the
-    dirty limit is written (from then on the kernel lets a writer go only as fast as it writes
-    back), then deleted."""
+def _write_probe_file(scratch: str, index: int, job: FileJob) -> tuple[float, int]:
+    """Writes `job` under `scratch` and returns (when it was written, bytes). It stays until the
+    probe ends: the kernel drops a deleted file's unwritten pages, so deleting it at once would
+    spare the storage the very writes the probe times."""
+    written = _WORKER_PLAN.write(job, Path(scratch) / f"{index:08d}-{Path(job.relpath).name}")
+    return time.monotonic(), written
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def probe_writing(plan: DatasetPlan, jobs: Sequence[FileJob], directory: Path, workers: int, *,
+                  past_limit: int = 2 << 30) -> float:
+    """Bytes per second `workers` processes generate and the file system under `directory` takes
+    once the kernel's dirty limit is reached: this shard's first files, written for real as a run
+    writes them (the same workers, files, sizes and bytes), timed over `past_limit` bytes once 1.25x
+    the dirty limit is written (from then on the kernel lets writers go only as fast as it writes
+    back), all deleted at the end."""
     limit = int(1.25 * dirty_limit_bytes())
     needed = limit + past_limit
     free = shutil.disk_usage(directory).free
     if free < needed + (1 << 30):
         raise OSError(f"{directory} has {_human(free)} free; probing its write rate needs {_human(needed)} and a "
                       "GiB to spare")
-    chunk = np.random.default_rng(0).bytes(16 << 20)
-    handle, name = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
-    # nameless from the start: a probe killed by any signal leaves no file, its blocks freed on exit
-    os.unlink(name)
+    planned, total = [], 0
+    for job in jobs:
+        if total >= needed:
+            break
+        planned.append(job)
+        total += job.nbytes
+    if total < needed:
+        raise OSError(f"this shard's {_human(total)} do not go past the kernel's dirty limit: nothing to probe")
+    # SIGTERM (Slurm, timeout) unwinds like Ctrl-C, so the scratch directory and the workers go too
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        written, started = 0, None
-        while written < needed:
-            if started is None and written >= limit:
-                started, timed_from = time.perf_counter(), written
-            written += os.write(handle, chunk)
-        return (written - timed_from) / (time.perf_counter() - started)
+        with tempfile.TemporaryDirectory(prefix=".generation-probe-", dir=directory) as scratch:
+            with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker,
+                                                           initargs=(plan,)) as pool:
+                spans = pool.starmap(_write_probe_file, [(scratch, index, job) for index, job in enumerate(planned)],
+                                     chunksize=1)
     finally:
-        os.close(handle)
+        signal.signal(signal.SIGTERM, previous)
+    done, started, timed_from, ended = 0, None, 0, 0.0
+    for finished, written in sorted(spans):  # in the order the files were done
+        done += written
+        if started is None and done >= limit:
+            started, timed_from = finished, done
+        ended = finished
+    if started is None or ended <= started:
+        raise OSError("the probe's files ended before the kernel's dirty limit: nothing to time")
+    return (done - timed_from) / (ended - started)
 
 
 def _existing_parent(path: Path) -> Path:
@@ -465,16 +493,17 @@ def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Pat
         return lines
     if not probe_storage:
         return [*lines, f"beyond the first {_human(limit)} (the kernel's dirty limit here) the storage's write rate "
-                        f"bounds it too: --probe-storage measures that rate (writes and deletes "
-                        f"{_human(1.25 * limit + (2 << 30))})"]
+                        f"bounds it too: --probe-storage measures that rate (writes the shard's first "
+                        f"{_human(1.25 * limit + (2 << 30))} into a scratch directory there, deleting each file)"]
     target = _existing_parent(out_dir or Path.cwd())
     try:
-        storage = probe_write_rate(target)
+        storage = probe_writing(plan, mine, target, max(1, processes))
     except OSError as error:
         return [*lines, f"--probe-storage: {error}; the estimate above leaves the storage out"]
     expected = max(generating, start + limit / max(parallel, 1e-9) + (own - limit) / storage)
-    return [*lines, f"{target} takes {storage / 1e6:,.1f} MB/s past the kernel's dirty limit ({_human(limit)}): "
-                    f"expect about {_duration(expected)} for this shard"]
+    return [*lines, f"{target} took this shard's first files at {storage / 1e6:,.1f} MB/s past the kernel's dirty "
+                    f"limit ({_human(limit)}), {processes} worker(s) writing: expect about {_duration(expected)} "
+                    "for this shard"]
 
 
 # ------------------------------------------------------------------------ the command line
@@ -503,8 +532,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
     parser.add_argument("--dry-run", action="store_true",
                         help="print files, bytes and the expected time at a rate measured on a few files; write nothing")
     parser.add_argument("--probe-storage", action="store_true",
-                        help="with --dry-run: measure the write rate of --out's file system past the kernel's "
-                             "dirty limit (writes and deletes a file of 1.25x that size plus 2 GiB)")
+                        help="with --dry-run: measure the rate at which --out's file system takes this shard's "
+                             "first files past the kernel's dirty limit (writes 1.25x that limit plus 2 GiB of them "
+                             "for real, deleting each)")
     parser.add_argument("--overwrite", action="store_true", help="replace what --out holds from other settings")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 

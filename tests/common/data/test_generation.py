@@ -149,18 +149,22 @@ def test_a_dry_run_past_the_dirty_limit_names_the_storage_and_probes_it_when_ask
     monkeypatch.setattr(generation, "dirty_limit_bytes", lambda: 4000)  # the plan's 12.6 KB go past it
     lines = generation.dry_run_lines(NumbersPlan(), workers=1, shard=Shard(0, 1))
     assert "--probe-storage measures that rate" in lines[-1]
-    probed = generation.probe_write_rate(tmp_path, past_limit=32 << 20)
-    assert probed > 1e6 and not list(tmp_path.iterdir())  # a rate, and the probe file is gone
+    jobs = NumbersPlan().jobs()
+    probed = generation.probe_writing(NumbersPlan(), jobs, tmp_path, 2, past_limit=5000)  # 1.25 x 4000 first
+    assert probed > 0 and not list(tmp_path.iterdir())  # a rate, and every probe file is gone
+    with pytest.raises(OSError, match="do not go past the kernel's dirty limit"):
+        generation.probe_writing(NumbersPlan(), jobs[:3], tmp_path, 1, past_limit=5000)
     full = type("Usage", (), {"free": 1 << 20})
     with monkeypatch.context() as patched:  # a file system without room for the probe: one line, no probe
         patched.setattr(generation.shutil, "disk_usage", lambda directory: full)
         lines = generation.dry_run_lines(NumbersPlan(), workers=1, shard=Shard(0, 1), out_dir=tmp_path,
                                          probe_storage=True)
     assert lines[-1].startswith(f"--probe-storage: {tmp_path} has 1.0 MB free") and "leaves the storage out" in lines[-1]
-    monkeypatch.setattr(generation, "probe_write_rate", lambda directory: 1000.0)  # 1 kB/s: the storage bounds it
+    monkeypatch.setattr(generation, "probe_writing", lambda *args: 1000.0)  # 1 kB/s: the storage bounds it
     lines = generation.dry_run_lines(NumbersPlan(), workers=1, shard=Shard(0, 1), out_dir=tmp_path / "new" / "dir",
                                      probe_storage=True)
-    assert lines[-1].startswith(f"{tmp_path} takes 0.0 MB/s") and "expect about 9 s for this shard" in lines[-1]
+    assert lines[-1].startswith(f"{tmp_path} took this shard's first files at 0.0 MB/s")
+    assert "expect about 9 s for this shard" in lines[-1]
 
 
 class RacedPlan(NumbersPlan):
