@@ -563,9 +563,14 @@ def run_command(plan: DatasetPlan, out_dir: Path, args: argparse.Namespace) -> i
     if args.probe_storage and not args.dry_run:
         raise SystemExit("--probe-storage goes with --dry-run")
     if args.dry_run:
-        for line in dry_run_lines(plan, workers=args.workers, shard=args.shard, out_dir=out_dir,
-                                  probe_storage=args.probe_storage):
-            print(line)
+        # its scratch directories (the rate samples, the probe's files) go on SIGTERM too
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            lines = dry_run_lines(plan, workers=args.workers, shard=args.shard, out_dir=out_dir,
+                                  probe_storage=args.probe_storage)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        print("\n".join(lines))
         return 0
     if args.finalize:
         print(finalize_only(plan, out_dir))
