@@ -112,7 +112,7 @@ def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: Preempti
             raise ConfigError(f"common.RunConfig.emulate={common.run.emulate!r}: no extension of this entry point "
                               "emulates an accelerator (the trainers' own entry points take the storage layer's)")
     except ConfigError as error:
-        print(f"config error: {_first_line(error)}", file=sys.stderr)
+        _say(f"config error: {_first_line(error)}")
         return EXIT_CONFIG_ERROR
     run_cfg = common.run
     info = init_distributed(device=run_cfg.device, timeout_s=run_cfg.process_group_timeout_s,
@@ -121,20 +121,27 @@ def _launch(benchmark: Benchmark, args: argparse.Namespace, preemption: Preempti
         _Run(benchmark, configs=configs, common=common, info=info, config_file=Path(args.gin_config[-1]).name,
              preemption=preemption, extensions=extensions).execute()
     except ConfigError as error:
-        print(f"config error: {_first_line(error)}", file=sys.stderr)
+        _say(f"config error: {_first_line(error)}")
         return EXIT_CONFIG_ERROR
     except benchmark.data_errors as error:
-        print(f"data error: {_first_line(error)}", file=sys.stderr)
+        _say(f"data error: {_first_line(error)}")
         return EXIT_DATA_ERROR
     except NonFiniteLoss as error:
-        print(f"training error: {error}", file=sys.stderr)
+        _say(f"training error: {error}")
         return EXIT_NON_FINITE_LOSS
     except CheckpointWriteError as error:
-        print(f"checkpoint error: {error}", file=sys.stderr)
+        _say(f"checkpoint error: {error}")
         return EXIT_CHECKPOINT_WRITE_ERROR
     finally:
         destroy()
     return 0
+
+
+def _say(line: str) -> None:
+    # one write per line: ranks started together share one stderr pipe, and print() writes the text
+    # and its newline separately, so two ranks' messages could otherwise run into one line
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 class _Run:
