@@ -127,7 +127,10 @@ def test_dlrm_hstu_torchrec_two_ranks(tmp_path):
     expected_fixed = totals_by_kind(fixed_predicted)
     moving_sum = {"calls": 0, "in_bytes": 0, "out_bytes": 0}
     for calls in per_rank:
-        fixed = [c for c in calls if not (c.kind == "all_to_all" and ("values" in c.purpose or "Seq" in c.purpose))]
+        # the fixed all-to-alls are the forward's KJT splits and lengths, labelled by TorchRec's record_function
+        # on the main thread; the label the trace gives the backward's all-to-all varies from run to run
+        # (All2All_Seq_bwd, its autograd node, once neither), so everything else is counted as moving
+        fixed = [c for c in calls if c.kind != "all_to_all" or "kjt splits" in c.purpose or "kjt lengths" in c.purpose]
         assert totals_by_kind(fixed) == expected_fixed
         for c in calls:
             if c not in fixed:
