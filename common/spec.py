@@ -49,7 +49,9 @@ class StorageWorkload:
     dlio_2_format: str  # the format a DLIO 2.0.0 replay writes (2.0.0 has no parquet)
     workload: PublishedWorkload
     datagen: PublishedDatagen
-    compute_times: Path  # CSV: seconds per step per accelerator (storage.compute_times)
+    compute_times: Path  # CSV: seconds per step per accelerator (storage.compute_times), MLPerf Storage's figures
+    # the same columns from MLPerf Training result logs (storage.training_logs --table); None: the benchmark has none
+    training_compute_times: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ SPEC = BenchmarkSpec(
             source="mlcommons/storage@7e73663b configs/dlio/workload/flux_datagen.yaml", format="parquet",
             record_bytes=2_164_832, samples_per_file=256, num_files=4_296),
         compute_times=Path(__file__).with_name("compute_times.csv"),
+        training_compute_times=Path(__file__).with_name("compute_times_training.csv"),
     ),
     checkpoint=CheckpointWorkload(
         state_builder="flux.checkpoint_state:app_state_on_meta", reference_flavor="flux-schnell",

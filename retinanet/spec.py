@@ -26,6 +26,7 @@ SPEC = BenchmarkSpec(
             source="mlcommons/storage@7e73663b configs/dlio/workload/retinanet_datagen.yaml", format="jpeg",
             record_bytes=322_957, samples_per_file=1, num_files=1_170_301),
         compute_times=Path(__file__).with_name("compute_times.csv"),
+        training_compute_times=Path(__file__).with_name("compute_times_training.csv"),
     ),
     checkpoint=CheckpointWorkload(
         state_builder="retinanet.checkpoint_state:app_state_on_meta", reference_flavor="reference",

@@ -4,8 +4,14 @@ figure comes from. Each benchmark keeps its own rows (its spec's `storage.comput
 accelerator, seconds_per_step, batch_per_accelerator, au_threshold, source; an empty
 au_threshold is the workload's bar from the spec).
 
-    python -m storage.compute_times                  # every registered benchmark's rows
+A benchmark may keep a second table of the same columns from MLPerf Training result logs (its
+spec's `storage.training_compute_times`, written by `python -m storage.training_logs --table`):
+`source="training"` reads it; `storage.Emulation.compute_times = "training"` and the sweep's
+`--compute-times training` run on it.
+
+    python -m storage.compute_times                  # every registered benchmark's rows, both sources
     python -m storage.compute_times <benchmark> b200  # one row (any of the benchmark's names)
+    python -m storage.compute_times --source training <benchmark> b200
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from common import registry
 from common.spec import BenchmarkSpec
 
 HEADER = ["accelerator", "seconds_per_step", "batch_per_accelerator", "au_threshold", "source"]
+# where a table's figures come from: MLPerf Storage's workload YAMLs, or MLPerf Training's result logs
+SOURCES = ("storage", "training")
 
 
 class ComputeTimeError(ValueError):
@@ -55,14 +63,27 @@ def _number(text: str, *, where: str, field: str, kind: type) -> float | int:
     return value
 
 
-def load(spec: BenchmarkSpec, path: Path | None = None) -> dict[str, ComputeTime]:
-    """The benchmark's rows keyed by accelerator (from `path`, default its spec's table); comment
-    lines start with '#'."""
+def table_path(spec: BenchmarkSpec, source: str = "storage") -> Path:
+    """The benchmark's table of `source` (one of SOURCES); ComputeTimeError when it keeps none."""
     try:
         storage = spec.storage_workload()
     except LookupError as error:
         raise ComputeTimeError(str(error)) from None
-    path = Path(path) if path is not None else storage.compute_times
+    if source not in SOURCES:
+        raise ComputeTimeError(f"compute-time source must be one of {list(SOURCES)}, got {source!r}")
+    if source == "training":
+        if storage.training_compute_times is None:
+            raise ComputeTimeError(f"{spec.package} has no compute times from MLPerf Training results "
+                                   "(no published result logs of its workload were read)")
+        return storage.training_compute_times
+    return storage.compute_times
+
+
+def load(spec: BenchmarkSpec, path: Path | None = None, *, source: str = "storage") -> dict[str, ComputeTime]:
+    """The benchmark's rows keyed by accelerator (from `path`, default its spec's table of `source`);
+    comment lines start with '#'."""
+    path = Path(path) if path is not None else table_path(spec, source)
+    storage = spec.storage_workload()
     try:
         text = path.read_text()
     except OSError as error:
@@ -91,37 +112,49 @@ def load(spec: BenchmarkSpec, path: Path | None = None) -> dict[str, ComputeTime
     return rows
 
 
-def lookup(spec: BenchmarkSpec, accelerator: str, *, path: Path | None = None) -> ComputeTime:
+def lookup(spec: BenchmarkSpec, accelerator: str, *, path: Path | None = None, source: str = "storage") -> ComputeTime:
     """The benchmark's row for `accelerator` (any case)."""
-    rows = load(spec, path)
+    rows = load(spec, path, source=source)
     try:
         return rows[accelerator.strip().lower()]
     except KeyError:
         storage = spec.storage_workload()
-        raise ComputeTimeError(f"{path or storage.compute_times} has no compute time for {storage.model} on "
+        raise ComputeTimeError(f"{path or table_path(spec, source)} has no compute time for {storage.model} on "
                                f"{accelerator!r}; accelerators there: {', '.join(sorted(rows)) or 'none'}") from None
 
 
-def _line(row: ComputeTime) -> str:
-    return (f"{row.benchmark:<10}{row.accelerator:<8}{row.seconds_per_step:>10} s/step{row.batch_per_accelerator:>7}"
-            f"{row.samples_per_second:>14,.1f} samples/s  AU {row.au_threshold}  {row.source}")
+def _line(row: ComputeTime, source: str) -> str:
+    return (f"{row.benchmark:<10}{source:<9}{row.accelerator:<8}{row.seconds_per_step:>10} s/step"
+            f"{row.batch_per_accelerator:>7}{row.samples_per_second:>14,.1f} samples/s  AU {row.au_threshold}  {row.source}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    sources = SOURCES
+    if args[:1] == ["--source"]:
+        if len(args) < 2 or args[1] not in SOURCES:
+            print(f"error: --source must be one of {list(SOURCES)}", file=sys.stderr)
+            return 2
+        sources, args = (args[1],), args[2:]
     try:
         if len(args) == 2:
-            row = lookup(registry.find(args[0]), args[1])
+            row = lookup(registry.find(args[0]), args[1], source=sources[0])
             print(f"{row.benchmark} on {row.accelerator}: {row.seconds_per_step} s per step of "
                   f"{row.batch_per_accelerator} ({row.samples_per_second:,.1f} samples/s), AU bar {row.au_threshold}; "
                   f"{row.source}")
             return 0
         if args:
-            print("usage: python -m storage.compute_times [<benchmark> <accelerator>]", file=sys.stderr)
+            print("usage: python -m storage.compute_times [--source storage|training] [<benchmark> <accelerator>]",
+                  file=sys.stderr)
             return 2
         for spec in registry.specs():
-            for row in load(spec).values() if spec.storage is not None else ():
-                print(_line(row))
+            if spec.storage is None:
+                continue
+            for source in sources:
+                if source == "training" and spec.storage.training_compute_times is None:
+                    continue
+                for row in load(spec, source=source).values():
+                    print(_line(row, source))
     except (ComputeTimeError, registry.RegistryError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ names one. The accelerator's figures come from the benchmark's compute-time tabl
     --gin_bindings 'common.RunConfig.emulate = "b200"'
     --gin_bindings 'storage.Emulation.seconds_per_step = 0.25'    # instead of the table's
     --gin_bindings 'storage.Emulation.client_host_memory_in_gb = 4'  # each host caches as 4 GiB would
+    --gin_bindings 'storage.Emulation.compute_times = "training"'  # MLPerf Training's logs, not MLPerf Storage's
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import gin
 
 from common.config.checks import ConfigError, require, require_bool, require_int, require_number
 from common.spec import BenchmarkSpec
-from storage.compute_times import ComputeTime, ComputeTimeError, lookup
+from storage.compute_times import SOURCES, ComputeTime, ComputeTimeError, lookup
 
 # batch_per_accelerator's two special values
 TABLE_BATCH = -1  # the batch the table's compute time belongs to (MLPerf Storage's per-accelerator batch)
@@ -29,6 +30,9 @@ class Emulation:
     stdev_s: float = 0.0  # spread of the per-step compute time (a seeded normal draw, clipped at 0)
     batch_per_accelerator: int = TABLE_BATCH  # -1: the table's; 0: the configured global batch / ranks
     au_threshold: float = 0.0  # 0: MLPerf Storage's for the workload (the table's au_threshold)
+    # which table: "storage" (MLPerf Storage's workload YAMLs) or "training" (MLPerf Training result logs,
+    # storage.training_logs); see storage.compute_times
+    compute_times: str = "storage"
     # drop the dataset's files from the page cache before the loaders start (posix_fadvise DONTNEED)
     evict_page_cache: bool = True
     drop_caches: bool = False  # also echo 3 > /proc/sys/vm/drop_caches (root only; every file on the host)
@@ -50,6 +54,7 @@ class Emulation:
         require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)
         require(self, "au_threshold", self.au_threshold <= 1, "a fraction <= 1")
         require_bool(self, "evict_page_cache", "drop_caches")
+        require(self, "compute_times", self.compute_times in SOURCES, f"one of {list(SOURCES)}")
         require_int(self, "checkpoint_every_steps", minimum=-1)
         require_int(self, "checkpoint_keep_last_n", minimum=1)
 
@@ -86,7 +91,8 @@ class EmulatedAccelerator:
             return "storage.Emulation.seconds_per_step"
         scaled = "" if local_batch == self.row.batch_per_accelerator else \
             f", scaled from batch {self.row.batch_per_accelerator} to {local_batch}"
-        return f"compute_times.csv: {self.row.source}{scaled}"
+        table = "compute_times_training.csv" if self.settings.compute_times == "training" else "compute_times.csv"
+        return f"{table}: {self.row.source}{scaled}"
 
 
 def resolve(accelerator: str, settings: Emulation, *, spec: BenchmarkSpec) -> EmulatedAccelerator | None:
@@ -95,7 +101,7 @@ def resolve(accelerator: str, settings: Emulation, *, spec: BenchmarkSpec) -> Em
     if not accelerator:
         return None
     try:
-        row = lookup(spec, accelerator)
+        row = lookup(spec, accelerator, source=settings.compute_times)
     except ComputeTimeError as error:
         if spec.storage is None:
             raise ConfigError(f"common.RunConfig.emulate={accelerator!r}: {error}") from None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common import registry
-from storage.compute_times import HEADER, ComputeTimeError, load, lookup, main
+from storage.compute_times import HEADER, SOURCES, ComputeTimeError, load, lookup, main
 
 FLUX, RETINANET, DLRM = registry.find("flux"), registry.find("retinanet"), registry.find("recommendation_v4")
 HEADER_LINE = ",".join(HEADER) + "\n"
@@ -72,7 +72,32 @@ def test_a_duplicate_row_a_wrong_header_and_a_missing_table_are_refused(tmp_path
 
 def test_the_command_prints_every_registered_table(capsys):
     assert main([]) == 0
+    tables = [(spec, source) for spec in registry.specs() for source in SOURCES
+              if source == "storage" or spec.storage.training_compute_times is not None]
+    assert len(capsys.readouterr().out.splitlines()) == sum(len(load(s, source=src)) for s, src in tables)
+    assert main(["--source", "storage"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == sum(len(load(spec)) for spec in registry.specs())
     assert main(["dlrm", "mi350x"]) == 0 and "1,777.8 samples/s" in capsys.readouterr().out
     assert main(["recommendation_v4", "mi350x"]) == 0  # any of a benchmark's names
     assert main(["unet3d", "b200"]) == 2 and "no benchmark named 'unet3d'" in capsys.readouterr().err
+
+
+def test_the_training_tables_come_from_published_logs_and_differ_from_mlperf_storage(capsys):
+    """FLUX and RetinaNet keep a second table, from MLPerf Training v5.0/v5.1 result logs; DLRM-HSTU has
+    none (no round has published it yet), and asking for it says so."""
+    flux = lookup(FLUX, "b200", source="training")
+    assert flux.batch_per_accelerator == 32 and 0.55 < flux.seconds_per_step < 0.7
+    assert "training_results_v5.1" in flux.source and "flux1" in flux.source
+    # MLPerf Storage's FLUX row asks ~1.45x less than the published B200 runs did
+    assert 1.3 < flux.samples_per_second / lookup(FLUX, "b200").samples_per_second < 1.6
+    retinanet = lookup(RETINANET, "b200", source="training")
+    assert retinanet.batch_per_accelerator == 32 and "retinanet" in retinanet.source
+    assert retinanet.au_threshold == RETINANET.storage.au_threshold  # the bar stays MLPerf Storage's
+    with pytest.raises(ComputeTimeError, match="no compute times from MLPerf Training"):
+        load(DLRM, source="training")
+    with pytest.raises(ComputeTimeError, match="source must be one of"):
+        load(FLUX, source="yaml")
+    assert main(["--source", "training", "retinanet", "h200"]) == 0 and "h200" in capsys.readouterr().out
+    assert main(["--source", "training", "retinanet", "h100"]) == 2
+    assert "compute_times_training.csv has no compute time for retinanet on 'h100'" in capsys.readouterr().err
+    assert main(["--source", "yaml"]) == 2

@@ -57,8 +57,20 @@ def test_an_unknown_accelerator_with_its_own_figures_keeps_the_workloads_thresho
     assert acc.seconds_per_step(4) == 0.1 and acc.au_threshold == pytest.approx(0.85)
 
 
+def test_the_training_table_is_chosen_by_its_binding():
+    acc = resolve("b200", Emulation(compute_times="training"), spec=FLUX)
+    assert acc.global_batch_size(1024, world_size=4) == 32 * 4
+    assert 0.55 < acc.seconds_per_step(32) < 0.7 and acc.au_threshold == pytest.approx(0.90)
+    assert acc.source(32).startswith("compute_times_training.csv: MLPerf Training v5.1")
+    with pytest.raises(ConfigError, match="compute_times_training.csv has no compute time for retinanet on 'h100'"):
+        resolve("h100", Emulation(compute_times="training"), spec=RETINANET)
+    with pytest.raises(ConfigError, match="recommendation_v4 has no compute times from MLPerf Training"):
+        resolve("b200", Emulation(compute_times="training"), spec=DLRM)
+
+
 @pytest.mark.parametrize("field,value", [("seconds_per_step", -1.0), ("au_threshold", 1.5),
-                                         ("batch_per_accelerator", -2), ("evict_page_cache", "yes")])
+                                         ("batch_per_accelerator", -2), ("evict_page_cache", "yes"),
+                                         ("compute_times", "yaml")])
 def test_bad_settings_name_their_binding(field, value):
     with pytest.raises(ConfigError, match=f"storage.Emulation.{field}"):
         Emulation(**{field: value})
