@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from common import registry
+from storage.compute_times import SOURCES, ComputeTimeError, lookup
 from storage.sweep_plot import bar as _bar
 from storage.sweep_plot import plot
 
@@ -58,6 +59,7 @@ SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
 CLIENT_MEMORY_BINDING = "storage.Emulation.client_host_memory_in_gb"
+COMPUTE_TIMES_BINDING = "storage.Emulation.compute_times"
 LOG_TAIL_LINES = 30
 
 
@@ -106,21 +108,38 @@ def counts(max_accelerators: int) -> list[int]:
     return doubling if doubling[-1] == max_accelerators else doubling + [max_accelerators]
 
 
-def next_count(done: Sequence[Figures], max_accelerators: int) -> int | None:
+def next_count(done: Sequence[Figures], max_accelerators: int,
+               dlio_done: Sequence[Figures] | None = None) -> int | None:
     """The count to run next, or None: the sweep stops after the first count under the AU bar
-    (more accelerators share the same storage, so they would only wait longer) or at the max."""
-    if done and not done[-1].passed:
+    (more accelerators share the same storage, so they would only wait longer) or at the max. With
+    DLIO beside it (`dlio_done`, its figures so far), it goes on until DLIO has failed a count too, so
+    that both answers are found, not only the first to fail."""
+    ours_failed = any(not f.passed for f in done)
+    dlio_failed = dlio_done is None or any(not f.passed for f in dlio_done)
+    if ours_failed and dlio_failed:
         return None
     last = done[-1].accelerators if done else 0
     return next((n for n in counts(max_accelerators) if n > last), None)
 
 
-def sweep_counts(measure: Callable[[int], Point], max_accelerators: int) -> list[Point]:
-    """Measures count after count (next_count's rule); `measure` runs one count."""
+def sweep_counts(measure: Callable[[int], Point], max_accelerators: int, *, with_dlio: bool = False) -> list[Point]:
+    """Measures count after count (next_count's rule); `measure` runs one count (and DLIO's, `with_dlio`)."""
     points: list[Point] = []
-    while (n := next_count([p.figures for p in points], max_accelerators)) is not None:
+    while (n := next_count([p.figures for p in points], max_accelerators,
+                           [p.dlio for p in points if p.dlio is not None] if with_dlio else None)) is not None:
         points.append(measure(n))
     return points
+
+
+def up_to_first_failure(figures: Sequence[Figures]) -> list[Figures]:
+    """The counts a sweep of these figures alone would have run: up to and including its first failure
+    (the counts after it were run for the other side's answer, and do not change this side's)."""
+    kept = []
+    for f in figures:
+        kept.append(f)
+        if not f.passed:
+            break
+    return kept
 
 
 def headline(figures: Sequence[Figures]) -> dict[str, Any]:
@@ -366,8 +385,9 @@ def _threshold(points: Sequence[Point]) -> float | None:
 
 def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], failure: str | None) -> dict[str, Any]:
     """sweep.json's content: the settings, every point, our headline and DLIO's."""
-    ours = headline([p.figures for p in points])
+    ours = headline(up_to_first_failure([p.figures for p in points]))
     dlio_figures = [p.dlio for p in points if p.dlio is not None]
+    dlio = headline(up_to_first_failure(dlio_figures)) if settings.get("dlio") else None
     return {
         "format": FORMAT, "version": VERSION, **settings,
         "au_threshold": _threshold(points),
@@ -375,7 +395,11 @@ def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], fail
                     "dlio": None if p.dlio is None else {**dataclasses.asdict(p.dlio), **(p.dlio_run or {})}}
                    for p in points],
         "headline": ours,
-        "dlio_headline": headline(dlio_figures) if settings.get("dlio") else None,
+        "dlio_headline": dlio,
+        # DLIO's answer over ours (None where either is 0): how far DLIO's replay overstates (> 1) what the
+        # real loader gets from the same storage
+        "dlio_over_ours": (dlio["accelerators"] / ours["accelerators"]
+                           if dlio is not None and dlio["accelerators"] and ours["accelerators"] else None),
         "failure": failure,
     }
 
@@ -403,9 +427,19 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
         bound = " (every count run passed)" if document["dlio_headline"]["lower_bound"] else ""
         lines.append(f"\n**DLIO 2.0.0**: {headline_text(document['dlio_headline'], threshold)}{bound}; "
                      "MB/s = samples/s x the bytes a sample costs on disk; IOPS not measured.")
+        lines.append(f"\n{_answers_line(document)}")
     if document["failure"]:
         lines += ["", "**The sweep stopped on a failed point:**", "", "```", document["failure"], "```"]
     return "\n".join(lines) + "\n"
+
+
+def _answers_line(document: Mapping[str, Any]) -> str:
+    """Both answers and their ratio: the sweep runs on past our knee until DLIO fails too."""
+    ours, dlio = document["headline"]["accelerators"], document["dlio_headline"]["accelerators"]
+    ratio = document.get("dlio_over_ours")
+    ratio_text = f"DLIO's answer is {ratio:.2f}x ours" if ratio is not None else "no ratio (an answer is 0)"
+    more = " (or more: it never failed)" if document["dlio_headline"]["lower_bound"] else ""
+    return f"Answers: ours {ours}, DLIO 2.0.0 {dlio}{more}; {ratio_text}."
 
 
 def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],
@@ -442,6 +476,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--accelerator", required=True,
                         help="an accelerator of the benchmark's compute_times.csv (or any name, with "
                              "storage.Emulation.seconds_per_step and .batch_per_accelerator bound)")
+    parser.add_argument("--compute-times", choices=SOURCES, default="storage",
+                        help="whose step time each emulated accelerator sleeps: MLPerf Storage's workload YAMLs "
+                             "(storage, the default) or MLPerf Training's result logs (training; the benchmark's "
+                             "compute_times_training.csv, from python -m storage.training_logs)")
     parser.add_argument("--gin_config", action="append", required=True, type=Path,
                         help="the trainer's gin file (repeatable)")
     parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")
@@ -479,6 +517,16 @@ def check_arguments(args: argparse.Namespace) -> None:
                              "(use --accelerator, --out, --steps)")
         if name == CLIENT_MEMORY_BINDING and args.client_host_memory_in_gb is not None:
             raise SweepError(f"--gin_bindings {binding!r}: give the client memory once (--client-host-memory-in-gb)")
+        if name == COMPUTE_TIMES_BINDING:
+            raise SweepError(f"--gin_bindings {binding!r}: choose the table with --compute-times")
+    spec = registry.find(args.benchmark)
+    try:
+        lookup(spec, args.accelerator, source=args.compute_times)
+    except ComputeTimeError as error:
+        bound = {b.split("=", 1)[0].strip() for b in args.gin_bindings}
+        if not {"storage.Emulation.seconds_per_step", "storage.Emulation.batch_per_accelerator"} <= bound:
+            raise SweepError(f"--accelerator {args.accelerator!r} with --compute-times {args.compute_times}: {error}") \
+                from None
     if args.dlio_work_dir is not None and not args.dlio:
         raise SweepError("--dlio-work-dir is only used with --dlio")
 
@@ -502,12 +550,15 @@ class Sweep:
         self.gin_bindings = list(args.gin_bindings)
         if args.client_host_memory_in_gb is not None:
             self.gin_bindings.append(f"{CLIENT_MEMORY_BINDING} = {args.client_host_memory_in_gb!r}")
+        if args.compute_times != "storage":
+            self.gin_bindings.append(f"{COMPUTE_TIMES_BINDING} = {_gin_string(args.compute_times)}")
         self.dlio_root: Path | None = None
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def settings(self) -> dict[str, Any]:
         a = self.args
-        return {"benchmark": a.benchmark, "accelerator": a.accelerator, "max_accelerators": a.max_accelerators,
+        return {"benchmark": a.benchmark, "accelerator": a.accelerator, "compute_times": a.compute_times,
+                "max_accelerators": a.max_accelerators,
                 "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": self.gin_bindings,
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "dlio": a.dlio, "out": str(self.out), "created": self.created}
@@ -556,7 +607,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return points[-1]
 
     try:
-        sweep_counts(measure, args.max_accelerators)
+        sweep_counts(measure, args.max_accelerators, with_dlio=args.dlio)
     except SweepError as error:  # a failed point: what was measured is still written
         failure = str(error)
     document = write_outputs(out, settings=sweep.settings(), points=points, failure=failure)
@@ -567,6 +618,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     threshold = document["au_threshold"]
     if document["dlio_headline"] is not None:
         print(f"[sweep] DLIO 2.0.0: {headline_text(document['dlio_headline'], threshold)}", flush=True)
+        print(f"[sweep] {_answers_line(document)}", flush=True)
     print(f"[sweep] {args.benchmark} on {args.accelerator}: {headline_text(document['headline'], threshold)} -> {out}",
           flush=True)
     return 0

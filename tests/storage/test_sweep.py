@@ -15,7 +15,7 @@ import yaml
 
 from storage import sweep as sweep_module
 from storage.sweep import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, figures_of_report, headline,
-                                    main, markdown_table, point_command, run_point, sweep_counts, write_outputs)
+                           main, markdown_table, point_command, run_point, sweep_counts, sweep_document, write_outputs)
 from storage.dlio import replay as replay_module
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import known_profile
@@ -81,6 +81,38 @@ def test_non_monotonic_au_the_headline_is_the_most_accelerators_that_pass_not_th
     assert headline(dip)["accelerators"] == 4 and headline(dip)["lower_bound"] is False
 
 
+def _sweep_with_dlio(ours: dict[int, float], dlio: dict[int, float], max_accelerators: int) -> list[Point]:
+    return sweep_counts(lambda n: _point(n, ours[n], dlio_au=dlio[n]), max_accelerators, with_dlio=True)
+
+
+def test_with_dlio_the_sweep_goes_on_past_our_knee_until_dlio_fails_too():
+    points = _sweep_with_dlio({1: 0.95, 2: 0.85, 4: 0.80, 8: 0.70, 16: 0.6},
+                              {1: 0.97, 2: 0.96, 4: 0.93, 8: 0.85, 16: 0.99}, max_accelerators=16)
+    assert [p.figures.accelerators for p in points] == [1, 2, 4, 8]  # DLIO failed at 8: both answers found
+    document = sweep_document(settings={"dlio": True}, points=points, failure=None)
+    assert document["headline"]["accelerators"] == 1 and document["dlio_headline"]["accelerators"] == 4
+    assert document["dlio_over_ours"] == 4.0
+
+
+def test_our_answer_ignores_the_counts_run_past_our_knee_for_dlio():
+    # ours passes again at 4 (noise, or a cache): a sweep of ours alone would have stopped at 2, and so does its answer
+    points = _sweep_with_dlio({1: 0.95, 2: 0.85, 4: 0.95}, {1: 0.97, 2: 0.96, 4: 0.80}, max_accelerators=8)
+    assert [p.figures.accelerators for p in points] == [1, 2, 4]
+    document = sweep_document(settings={"dlio": True}, points=points, failure=None)
+    assert document["headline"]["accelerators"] == 1 and document["dlio_headline"]["accelerators"] == 2
+
+
+def test_when_dlio_fails_first_the_sweep_goes_on_for_ours_and_stops_when_both_have_failed():
+    points = _sweep_with_dlio({1: 0.95, 2: 0.95, 4: 0.80, 8: 0.99}, {1: 0.95, 2: 0.80, 4: 0.99, 8: 0.99},
+                              max_accelerators=8)
+    assert [p.figures.accelerators for p in points] == [1, 2, 4]
+    document = sweep_document(settings={"dlio": True}, points=points, failure=None)
+    assert document["headline"]["accelerators"] == 2 and document["dlio_headline"]["accelerators"] == 1
+    assert document["dlio_over_ours"] == 0.5
+    zero = sweep_document(settings={"dlio": True}, points=[_point(1, 0.5, dlio_au=0.5)], failure=None)
+    assert zero["dlio_over_ours"] is None
+
+
 # ---------------------------------------------------------------------------- table and files
 
 def test_markdown_table_rows_and_unknowns():
@@ -136,6 +168,7 @@ def test_written_files(tmp_path):
     text = (tmp_path / "sweep.md").read_text()
     assert "**Headline**: 1 accelerators at AU >= 90% (1.50 MB/s, 10 IOPS)" in text
     assert "**DLIO 2.0.0**: 2 accelerators at AU >= 90%" in text
+    assert "Answers: ours 1, DLIO 2.0.0 2 (or more: it never failed); DLIO's answer is 2.00x ours." in text
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -161,12 +194,15 @@ def test_the_launch_is_plain_python_for_one_rank_torchrun_for_more_and_the_sweep
     (["--client-host-memory-in-gb", "0"], "--client-host-memory-in-gb must be > 0"),
     (["--client-host-memory-in-gb", "4", "--gin_bindings", "storage.Emulation.client_host_memory_in_gb = 2"],
      "give the client memory once"),
+    (["--gin_bindings", 'storage.Emulation.compute_times = "training"'], "choose the table with --compute-times"),
+    (["--compute-times", "training", "--accelerator", "h100"],
+     "--accelerator 'h100' with --compute-times training: "),
 ])
 def test_bad_arguments_exit_2_with_one_line_naming_the_flag(tmp_path, capsys, extra, match):
     gin = tmp_path / "a.gin"
     gin.write_text("")
     code = main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out",
-                 str(tmp_path / "out"), *extra])
+                 str(tmp_path / "out"), *extra])  # a later --accelerator wins
     err = capsys.readouterr().err
     assert code == 2 and match in err and err.startswith("error: ") and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
@@ -346,8 +382,30 @@ def test_the_client_memory_flag_reaches_every_point_and_the_sweep_records_it(tmp
     for cmd in commands:
         assert cmd[cmd.index("storage.Emulation.client_host_memory_in_gb = 1.5") - 1] == "--gin_bindings"
     saved = json.loads((out / "sweep.json").read_text())
-    assert saved["client_host_memory_in_gb"] == 1.5
+    assert saved["client_host_memory_in_gb"] == 1.5 and saved["compute_times"] == "storage"
+    assert not any("storage.Emulation.compute_times" in arg for cmd in commands for arg in cmd)
     assert [p["client_cpu_saturated"] for p in saved["points"]] == [False, True]
     table = (out / "sweep.md").read_text()
     assert "held to 1.5 GiB of client memory" in table and "busy at 2 accelerators" in table
     assert "| 96% (saturated) | 7.0 |" in table
+
+
+def test_compute_times_training_reaches_every_point_and_the_sweep_records_it(tmp_path, monkeypatch):
+    commands = []
+
+    def fake_point(cmd, *, run_dir, log, timeout_s):
+        commands.append(cmd)
+        n = len(commands)
+        report = {"accelerators": n, "au": {"mean": 0.5, "min": 0.5}, "passed": False, "au_threshold": 0.9,
+                  "samples_per_s": 1.0, "storage": {}, "hosts": []}
+        return report, {"run_dir": str(run_dir), "log": str(log), "command": "x", "seconds": 1.0}
+
+    monkeypatch.setattr(sweep_module, "run_point", fake_point)
+    gin = tmp_path / "a.gin"
+    gin.write_text("")
+    out = tmp_path / "out"
+    assert main(["--benchmark", "retinanet", "--accelerator", "h200", "--gin_config", str(gin), "--out", str(out),
+                 "--compute-times", "training"]) == 0
+    assert len(commands) == 1
+    assert commands[0][commands[0].index('storage.Emulation.compute_times = "training"') - 1] == "--gin_bindings"
+    assert json.loads((out / "sweep.json").read_text())["compute_times"] == "training"
