@@ -5,10 +5,13 @@ Written under `RUN_DIR/dlio/`:
     mlperf_storage/<model>_measured.yaml   workload in MLPerf Storage's 2026 schema (model.name,
                                            record_length_bytes, parquet columns; the MLCommons
                                            DLIO fork reads it); with --accelerator X it is
-                                           <model>_X.yaml, the file `mlpstorage training run
-                                           --accelerator-type X` picks, with X's compute time
+                                           <model>_X.yaml, the file `mlpstorage <mode> training
+                                           <model> run -at X` picks, with X's compute time
     mlperf_storage/<model>_datagen_measured.yaml  the matching data generation workload (a name
                                            that never replaces the published <model>_datagen.yaml)
+    mlperf_storage/MLPSTORAGE.md           the command lines of today's mlpstorage CLI for it, per mode
+                                           the model may run in (whatif; closed/open for retinanet, with
+                                           only the --params those allow)
     dlio-2.0.0/workload/<model>_replay.yaml what PyPI's dlio-benchmark 2.0.0 reads (record_length, a
                                            string model, a format it has): `replay` runs it
 
@@ -30,10 +33,12 @@ import yaml
 from common import registry
 from common.spec import StorageWorkload
 from storage.compute_times import ComputeTime, ComputeTimeError, lookup
+from storage.dlio.mlpstorage_commands import commands_text
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
 
 EXPORT_DIR = "dlio"
+COMMANDS_FILE = "MLPSTORAGE.md"  # the command lines today's mlpstorage runs the export with
 DLIO_2_DIR = "dlio-2.0.0"
 # DLIO 2.0.0 sleeps normal(mean, stdev) per step and raises on a negative draw: keep draws positive
 MAX_STDEV_FRACTION = 0.25
@@ -176,7 +181,7 @@ def _dump(header: str, body: dict[str, Any]) -> str:
     return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100)
 
 
-# the accelerators mlpstorage's `training run --accelerator-type` knows (its workload file names)
+# the accelerators mlpstorage's `training ... run -at` knows (its workload file names)
 MLPSTORAGE_ACCELERATORS = ("b200", "mi355", "h100", "a100")
 
 
@@ -233,7 +238,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
     """{file name: text} of the MLPerf Storage workload and datagen YAMLs.
 
     `accelerator` (one of MLPSTORAGE_ACCELERATORS, or another row of the emulation table): the
-    workload is `<model>_<accelerator>.yaml`, the name `mlpstorage training run --accelerator-type`
+    workload is `<model>_<accelerator>.yaml`, the name `mlpstorage <mode> training <model> run -at`
     picks, with that accelerator's batch and compute time from the benchmark's compute-time table;
     without one it is `<model>_measured.yaml` with the compute this run measured. The datagen file is
     `<model>_datagen_measured.yaml`: never the published `<model>_datagen.yaml`."""
@@ -327,7 +332,10 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
                      f"configs/dlio/workload/ never replaces the published {model}_datagen.yaml; run it as "
                      f"mlpstorage runs DLIO: dlio_benchmark --config-dir <that configs/dlio> "
                      f"workload={model}_datagen_measured ++workload.dataset.data_folder=<data dir>"]
+    commands = commands_text(model=model, workload_file=f"{name}.yaml", datagen_file=f"{model}_datagen_measured.yaml",
+                             workload=workload, published=ref, accelerator=accelerator and accelerator.strip().lower())
     return {
+        COMMANDS_FILE: commands,
         f"{name}.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}"
                                       + (f" on {accelerator}" if accelerator else ", measured") + ".", lines=lines),
                               workload),
@@ -498,7 +506,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def export(run_dir: Path, *, accelerator: str | None = None, dataset_scale: float | None = 1.0) -> list[Path]:
-    """Writes the three YAMLs (see the module doc); returns their paths. `dataset_scale`: the exported
+    """Writes the three YAMLs and MLPSTORAGE.md (see the module doc); returns their paths. `dataset_scale`: the exported
     dataset as this multiple of the benchmark's real training set (None: the samples this run's data held)."""
     run_dir = Path(run_dir)
     profile = read_profile(run_dir)

@@ -61,8 +61,8 @@ def test_export_writes_both_schemas(tmp_path):
     profile = known_profile(world_size=2)
     run = _run_dir(tmp_path, profile)
     written = export(run)
-    assert sorted(p.name for p in written) == ["retinanet_datagen_measured.yaml", "retinanet_measured.yaml",
-                                               "retinanet_replay.yaml"]
+    assert sorted(p.name for p in written) == ["MLPSTORAGE.md", "retinanet_datagen_measured.yaml",
+                                               "retinanet_measured.yaml", "retinanet_replay.yaml"]
     storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
     assert storage["model"] == {"name": "retinanet", "type": "cnn"}
     assert storage["dataset"]["record_length_bytes"] == RECORD + 150 and storage["dataset"]["format"] == "jpeg"
@@ -147,7 +147,7 @@ def test_the_replay_sleeps_the_build_time_the_loader_was_not_waiting_for_storage
 def test_an_accelerator_export_is_the_file_mlpstorage_picks_with_that_accelerators_step(tmp_path):
     run = _run_dir(tmp_path, known_profile(world_size=1))
     names = sorted(p.name for p in export(run, accelerator="B200", dataset_scale=None))
-    assert names == ["retinanet_b200.yaml", "retinanet_datagen_measured.yaml", "retinanet_replay.yaml"]
+    assert names == ["MLPSTORAGE.md", "retinanet_b200.yaml", "retinanet_datagen_measured.yaml", "retinanet_replay.yaml"]
     storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_b200.yaml").read_text())
     assert storage["reader"]["batch_size"] == 24 and storage["train"]["computation_time"] == pytest.approx(0.04755)
     assert storage["metric"]["au"] == 0.85
