@@ -1,9 +1,9 @@
-"""Issue 22's comparison that looks at storage, not compute: a measured emulated run and its two
-DLIO 2.0.0 replays (generic, reader plugin), all three reading from one loop device whose reads a
-cgroup holds to a chosen rate. Root only.
+"""Issue 22's comparison that looks at storage, not compute: a measured emulated run and its
+DLIO replays (generic, reader plugin; on DLIO 2.0.0, and with generic-3.0 / plugin-3.0 on 3.0.x),
+all reading from one loop device whose reads a cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/replay_on_throttled_storage.py [--benchmark flux ...] [--steps N]
-        [--ranks 1] [--readers generic plugin] [--out DIR] [--keep-reclaim]
+        [--ranks 1] [--readers generic plugin generic-3.0 plugin-3.0] [--out DIR] [--keep-reclaim]
 
 Per benchmark (its read limit, step time, batch and workers from SETTINGS, or the flags):
 1. an ext4 file system on a loop device (storage.host.throttle.ThrottledStorage);
@@ -144,6 +144,15 @@ def _epoch_window(train_out: Path) -> tuple[float, float] | None:
         return None
 
 
+READERS = ("generic", "plugin", "generic-3.0", "plugin-3.0")
+
+
+def _reader(name: str) -> tuple[str, str]:
+    """'plugin-3.0' -> ('plugin', '3.0'); 'generic' -> ('generic', '2.0.0')."""
+    base, _, version = name.partition("-")
+    return base, version or "2.0.0"
+
+
 def _replay_entry(argv: list[str]) -> int:
     """`_replay RUN_DIR --reader R --work-dir W --result F`: run inside the cgroup (wrap()), so DLIO and
     its loader workers are throttled."""
@@ -153,7 +162,7 @@ def _replay_entry(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="replay_on_throttled_storage.py _replay")
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--reader", required=True, choices=("generic", "plugin"))
+    parser.add_argument("--reader", required=True, choices=READERS)
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -176,8 +185,9 @@ def _replay_entry(argv: list[str]) -> int:
         print(f"[throttled] evicted {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB), resident after "
               f"{eviction.resident_after_bytes}; {device} at {state['before']}", flush=True)
 
+    base, dlio = _reader(args.reader)
     result = replay(args.run_dir, work_dir=args.work_dir, keep_data=True, before_train=before_train,
-                    reader=args.reader)
+                    reader=base, dlio=dlio)
     after, t1 = diskstats(device), time.monotonic()
     sampler = state.get("sampler")
     if sampler is not None:
@@ -206,7 +216,7 @@ def _replay_entry(argv: list[str]) -> int:
         "replayed": result.replayed, "measured": result.measured, "replayed_steps": result.replayed_steps,
         "bytes_per_sample": result.bytes_per_sample, "commands": result.commands,
     }
-    if args.reader == "plugin":
+    if base == "plugin":
         counted = result.reads["plugin"]
         out["plugin_reads"] = {k: counted.get(k) for k in ("reads", "bytes", "requested_bytes", "reads_per_sample",
                                                            "bytes_per_sample", "mean_size", "sequential_fraction",
@@ -301,7 +311,7 @@ def _replayed(path: Path, samples: float | None) -> dict[str, Any]:
         else None,
         "bytes_per_sample": r["bytes_per_sample"], "raw": r,
     }
-    if r["reader"] == "plugin":
+    if _reader(r["reader"])[0] == "plugin":
         p = r["plugin_reads"]
         row["reads"], row["mean_read_bytes"] = p.get("reads"), p.get("mean_size")
     else:  # one read of one record per sample
@@ -319,7 +329,7 @@ def _err(replayed: Any, measured: Any) -> float | None:
 
 
 def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str:
-    cols = [c for c in ("measured", "generic", "plugin") if c in rows]
+    cols = [c for c in ("measured", *READERS) if c in rows]
     lines = [f"{benchmark}: read limit {limit} MiB/s", f"{'':22}" + "".join(f"{c:>14}" for c in cols)]
 
     def line(label: str, get, fmt: str) -> None:
@@ -346,7 +356,7 @@ def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str
         wait = _err((rows[c]["data_wait_s"] or {}).get("mean"), (m["data_wait_s"] or {}).get("mean"))
         mbps = _err(rows[c]["device_mb_per_s"], m["device_mb_per_s"])
         wait_all = _err(rows[c].get("data_wait_all_mean_s"), m.get("data_wait_all_mean_s"))
-        lines.append(f"error {c:8}: data wait mean {_fmt(wait, '{:+.1%}')} (all steps {_fmt(wait_all, '{:+.1%}')}), "
+        lines.append(f"error {c:11}: data wait mean {_fmt(wait, '{:+.1%}')} (all steps {_fmt(wait_all, '{:+.1%}')}), "
                      f"device MB/s {_fmt(mbps, '{:+.1%}')}")
     return "\n".join(lines)
 
@@ -368,7 +378,6 @@ def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dic
         run_dir = runs / benchmark / f"n{ranks}"
         rows["measured"] = _measured(run_dir)
         export(run_dir)
-        samples = None
         for reader in args.readers:
             result = work / f"replay_{reader}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), "_replay", str(run_dir), "--reader", reader,
@@ -378,7 +387,8 @@ def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dic
             except RuntimeError as error:
                 print(f"[throttled] {error}", flush=True)
                 continue
-            if samples is None:  # generic: one read per sample DLIO trained on
+            samples = None
+            if _reader(reader)[0] == "generic":  # one read per sample DLIO trained on
                 r = json.loads(result.read_text())
                 batch = None
                 try:
@@ -388,7 +398,7 @@ def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dic
                 except (StopIteration, KeyError, OSError):
                     pass
                 samples = r["replayed_steps"] * batch * ranks if batch else None
-            rows[reader] = _replayed(result, samples if reader == "generic" else None)
+            rows[reader] = _replayed(result, samples)
     table = _table(benchmark, limit, rows)
     print(table, flush=True)
     return {"benchmark": benchmark, "ranks": ranks, "read_mib_per_s": limit, "run_dir": str(run_dir),
@@ -405,7 +415,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="default per benchmark (SETTINGS)")
     parser.add_argument("--ranks", type=int, action="append", default=None, help="repeatable; default 1")
-    parser.add_argument("--readers", nargs="+", choices=("generic", "plugin"), default=["generic", "plugin"])
+    parser.add_argument("--readers", nargs="+", choices=READERS, default=["generic", "plugin"],
+                        help="generic and plugin on DLIO 2.0.0; generic-3.0 and plugin-3.0 on DLIO 3.0.x "
+                             "(.venv-dlio3, built from a local copy: storage/dlio/setup_env_3.sh)")
     parser.add_argument("--size-mb", type=int, default=1536)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--out", type=Path, default=None)

@@ -14,6 +14,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = Path("storage") / "dlio" / "setup_env.sh"
+# DLIO 3.0.x (mlcommons/DLIO_local_changes, the DLIO mlpstorage runs): never on PyPI, so its env is only
+# built from a local copy the user names (DLIO3_SOURCE); CI replays with 2.0.0
+SETUP_SCRIPT_3 = Path("storage") / "dlio" / "setup_env_3.sh"
 MARKER = ".dlio-installed"  # written by the script as its last step, only after everything installed
 
 
@@ -24,6 +27,30 @@ class DlioEnvError(RuntimeError):
 def dlio_venv(root: Path | None = None) -> Path:
     root = Path(root) if root is not None else REPO_ROOT
     return Path(os.environ["DLIO_VENV"]) if os.environ.get("DLIO_VENV") else root / ".venv-dlio"
+
+
+def dlio3_venv(root: Path | None = None) -> Path:
+    root = Path(root) if root is not None else REPO_ROOT
+    return Path(os.environ["DLIO3_VENV"]) if os.environ.get("DLIO3_VENV") else root / ".venv-dlio3"
+
+
+def ensure_dlio3_env(root: Path | None = None) -> Path:
+    """The DLIO 3.0.x env's python; built first when DLIO3_SOURCE names a local copy, else a DlioEnvError
+    saying how to build it (nothing is downloaded: DLIO_local_changes is not on PyPI)."""
+    root = Path(root) if root is not None else REPO_ROOT
+    script = root / SETUP_SCRIPT_3
+    venv = dlio3_venv(root)
+    if not _ready(venv, script):
+        if not os.environ.get("DLIO3_SOURCE"):
+            raise DlioEnvError(f"DLIO 3.0.x is not installed in {venv}: build it from a local copy of "
+                               f"mlcommons/DLIO_local_changes, DLIO3_SOURCE=<checkout or archive> bash {SETUP_SCRIPT_3}")
+        _run_setup(script, venv, venv_variable="DLIO3_VENV")
+        if not _ready(venv, script):
+            raise DlioEnvError(f"{script} finished but {venv / MARKER} is missing: the env is not ready")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise DlioEnvError(f"{python}: missing although {venv / MARKER} exists (delete {venv} to rebuild it)")
+    return python
 
 
 def _ready(venv: Path, script: Path) -> bool:
@@ -49,8 +76,8 @@ def ensure_dlio_env(root: Path | None = None) -> Path:
     return python
 
 
-def _run_setup(script: Path, venv: Path) -> None:
-    env = dict(os.environ, DLIO_VENV=str(venv))
+def _run_setup(script: Path, venv: Path, *, venv_variable: str = "DLIO_VENV") -> None:
+    env = dict(os.environ, **{venv_variable: str(venv)})
     last = ""
     # streamed line by line: the first build takes minutes and should show it is alive
     with subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

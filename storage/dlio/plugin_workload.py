@@ -155,9 +155,9 @@ def dlio_data_wait(out: Path) -> float | None:
     return float(np.mean(waits)) if waits else None
 
 
-def _generic_figures(run_dir: Path) -> dict[str, Any] | None:
-    """The generic replay's figures from RUN_DIR/dlio/replay_result.json, if it ran."""
-    path = run_dir / EXPORT_DIR / replay_module.RESULT_FILE
+def _generic_figures(run_dir: Path, dlio: str = "2.0.0") -> dict[str, Any] | None:
+    """The generic replay's figures on the same DLIO from RUN_DIR/dlio/replay_result[_dlio3].json, if it ran."""
+    path = run_dir / EXPORT_DIR / replay_module.result_name(dlio)
     try:
         saved = json.loads(path.read_text())
         figures = dict(saved["replayed"])
@@ -182,7 +182,7 @@ class PluginReplayResult(replay_module.ReplayResult):
 
     def table(self) -> str:
         g = self.generic or {}
-        lines = [f"DLIO 2.0.0 replay with the reader plugin of {self.benchmark} ({self.world_size} rank(s), "
+        lines = [f"{replay_module.DLIO_LABEL[self.dlio]} replay with the reader plugin of {self.benchmark} ({self.world_size} rank(s), "
                  f"workload {self.workload}, layout {self.layout}, {self.replayed_steps} steps)",
                  f"{'':16}{'measured':>12}{'generic':>12}{'plugin':>12}{'plugin/measured':>17}"]
 
@@ -214,7 +214,7 @@ class PluginReplayResult(replay_module.ReplayResult):
             lines.append(f"  [2^{k:<2}, 2^{k + 1:<2}) profile {ph[k] / ph.sum():7.2%}  plugin {rh[k] / rh.sum():7.2%}")
         if g:
             lines.append(f"generic: the exported {g.get('dataset_format')} workload, one record per sample "
-                         f"(RUN_DIR/dlio/{replay_module.RESULT_FILE})")
+                         f"(RUN_DIR/dlio/{replay_module.result_name(self.dlio)})")
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
@@ -234,7 +234,7 @@ class PluginReplayResult(replay_module.ReplayResult):
 # ---------------------------------------------------------------------------- the run
 def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
                   timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
-                  seed: int = DEFAULT_SEED) -> PluginReplayResult:
+                  seed: int = DEFAULT_SEED, dlio: str = "2.0.0") -> PluginReplayResult:
     """replay(..., reader="plugin"): writes the plugin workload and plan, the plan's data, runs DLIO
     2.0.0's training emulation with the reader plugin, prints measured vs (generic) vs plugin and
     writes RUN_DIR/dlio/replay_plugin_result.json."""
@@ -246,14 +246,16 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
     replay_module.check_workload(workload.yaml_path, body, world)
     plan = workload.plan
 
-    python = replay_module.ensure_dlio_env()
-    work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / WORK_DIR
+    default_work = WORK_DIR if dlio == "2.0.0" else WORK_DIR + replay_module.DLIO3_SUFFIX.replace("_", "-")
+    work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / default_work
     data, train_out = work / "data", work / "train"
     for stale in (data, train_out):  # stale counters or files would be counted as this run's
         shutil.rmtree(stale, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
+    python, dlio_config, dlio_env = replay_module.dlio_setup(dlio, workload.config_dir, workload.name, body, work)
+    label = replay_module.DLIO_LABEL[dlio]
     train_limit = timeout_s or replay_module._timeouts(body)[1]
-    command = replay_module._dlio_command(python, world, workload.config_dir, workload.name, data, train_out, False)
+    command = replay_module._dlio_command(python, world, dlio_config, workload.name, data, train_out, False)
     seconds = {}
     try:
         print(f"[replay] writes {workload.name}'s data for the read plan in {data} ({plan.files} files, "
@@ -264,12 +266,12 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
         print(f"[replay] wrote {written / 1e6:,.1f} MB in {seconds['generate']:.1f} s", flush=True)
         if before_train is not None:
             before_train(data)
-        print(f"[replay] DLIO 2.0.0 runs {workload.name} with the reader plugin ({world} rank(s))", flush=True)
+        print(f"[replay] {label} runs {workload.name} with the reader plugin ({world} rank(s))", flush=True)
         seconds["train"], process_reads = replay_module._run_dlio(
             command, python=python, log=work / "train.log", cwd=work, timeout_s=train_limit,
             what="training emulation with the reader plugin",
             # the plugin is imported by module path in DLIO's python: the repository root must be importable
-            extra_env={"PYTHONPATH": str(REPO_ROOT)},
+            extra_env={"PYTHONPATH": str(REPO_ROOT), **dlio_env},
             reads_dir=train_out / replay_module.TRAINING_READS_DIR, ranks=world)
     finally:
         if not keep_data:
@@ -293,13 +295,13 @@ def plugin_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: boo
         dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
         seconds={k: round(v, 2) for k, v in seconds.items()},
         commands={"train": shlex.join(command)},
-        result_path=run_dir / EXPORT_DIR / RESULT_FILE,
+        result_path=run_dir / EXPORT_DIR / replay_module.result_name(dlio, RESULT_FILE), dlio=dlio,
         layout=plan.layout,
         reads={"profile": recorded, "plugin": counted, "data_bytes": written,
                "histogram": histogram_match(recorded["size_log2_histogram"], counted["size_log2_histogram"])},
         data_wait_s={"measured": (totals.get("data_wait_s") or {}).get("mean"),
                      "replayed": dlio_data_wait(train_out)},
-        generic=_generic_figures(run_dir))
+        generic=_generic_figures(run_dir, dlio))
     result.result_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
     print(result.table(), flush=True)
     print(f"[replay] {result.result_path}", flush=True)

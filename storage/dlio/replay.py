@@ -1,4 +1,4 @@
-"""Runs DLIO 2.0.0 on a run's exported workload and compares its load with the measured one.
+"""Runs DLIO 2.0.0 (or 3.0.x) on a run's exported workload and compares its load with the measured one.
 
     RUN_DIR/load_profile.json                       the measured totals (samples/s, MB/s, AU)
     RUN_DIR/dlio/dlio-2.0.0/workload/<name>.yaml    the workload `export` wrote (exactly one)
@@ -14,6 +14,13 @@ int(sqrt(record_length))**2 bytes per indexed_binary sample, adds a header to np
 whole-file readers (npy, npz, jpeg, png, csv) load the whole file for every sample. The bytes a
 sample costs on disk in the generated files are kept beside it: for the whole-file formats the two
 agree when DLIO reads what it should.
+
+`dlio="3.0"` replays on DLIO 3.0.x, the mlcommons/DLIO_local_changes fork mlpstorage runs (its env
+.venv-dlio3/, built from a local copy: storage/dlio/setup_env_3.sh), with the same workload spelled
+as 3.0.x reads it (dlio3_workload): results in RUN_DIR/dlio/replay_result_dlio3.json, work dir
+RUN_DIR/dlio/replay-dlio3/. Otherwise as 3.0.x runs by default: its loader workers start by spawn
+(2.0.0: fork) and rank 0 tries `sudo -n` to drop the host's page cache before each epoch (without
+passwordless sudo it warns once and goes on).
 """
 
 from __future__ import annotations
@@ -32,12 +39,19 @@ from typing import Any, Callable
 
 import yaml
 
-from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+from storage.dlio.dlio_env import DlioEnvError, ensure_dlio3_env, ensure_dlio_env
 from storage.dlio.dlio_reads import TreeReads
 from storage.dlio.export import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
 from storage.load_profile.session import PROFILE_FILE
 
 RESULT_FILE = "replay_result.json"
+DLIO_VERSIONS = ("2.0.0", "3.0")
+DLIO_LABEL = {"2.0.0": "DLIO 2.0.0", "3.0": "DLIO 3.0.x"}
+DLIO3_SUFFIX = "_dlio3"  # RUN_DIR/dlio/replay_result_dlio3.json, replay-dlio3/
+DLIO3_CONFIG_DIR = "config-dlio3"  # in the work dir: the workload as 3.0.x spells it
+# 2.0.0's dataset keys -> 3.0.x's (3.0.x ignores the old spellings and falls back to 64 KiB records)
+_DLIO3_DATASET_KEYS = {"record_length": "record_length_bytes", "record_length_stdev": "record_length_bytes_stdev",
+                       "record_length_resize": "record_length_bytes_resize"}
 RESULT_FORMAT = "mlperf-load-replay"
 # formats whose 2.0.0 reader loads the whole file for each sample (np.load, PIL, pandas); the
 # others read one sample's bytes (indexed_binary: one seek + one read; hdf5: one slice)
@@ -47,7 +61,7 @@ LOG_TAIL_LINES = 15
 # DLIO's main with each rank counting its training reads (storage.dlio.dlio_reads)
 COUNTED_DLIO = Path(__file__).resolve().with_name("counted_dlio.py")
 TRAINING_READS_DIR = "training_reads"  # in DLIO's training output folder: one count per rank
-__all__ = ["DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "replay"]
+__all__ = ["DLIO_VERSIONS", "DlioEnvError", "ReplayError", "ReplayResult", "check_workload", "dlio3_workload", "replay"]
 
 
 class ReplayError(RuntimeError):
@@ -70,6 +84,7 @@ class ReplayResult:
     seconds: dict[str, float]  # generate, train: wall time of each DLIO run
     commands: dict[str, str]
     result_path: Path
+    dlio: str = dataclasses.field(default="2.0.0", kw_only=True)  # one of DLIO_VERSIONS
 
     @property
     def ratios(self) -> dict[str, float | None]:
@@ -78,7 +93,7 @@ class ReplayResult:
     def table(self) -> str:
         rows = [("samples/s", "samples_per_s", "{:.2f}"), ("MB/s (1e6 B)", "mb_per_s", "{:.3f}"),
                 ("AU", "au", "{:.4f}")]
-        lines = [f"DLIO 2.0.0 replay of {self.benchmark} ({self.world_size} rank(s), workload {self.workload}, "
+        lines = [f"{DLIO_LABEL[self.dlio]} replay of {self.benchmark} ({self.world_size} rank(s), workload {self.workload}, "
                  f"{self.dataset_format}, {self.replayed_steps} steps)",
                  f"{'':14}{'measured':>12}{'replayed':>12}{'replayed/measured':>20}"]
         for label, key, fmt in rows:
@@ -92,7 +107,8 @@ class ReplayResult:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "format": RESULT_FORMAT, "version": 1, "dlio": "dlio-benchmark 2.0.0",
+            "format": RESULT_FORMAT, "version": 1,
+            "dlio": "dlio-benchmark 2.0.0" if self.dlio == "2.0.0" else "dlio_benchmark 3.0.x (mlcommons/DLIO_local_changes)",
             "benchmark": self.benchmark, "workload": self.workload, "dataset_format": self.dataset_format,
             "world_size": self.world_size, "measured": self.measured, "replayed": self.replayed, "ratio": self.ratios,
             "replayed_steps": self.replayed_steps, "bytes_per_sample_on_disk": self.bytes_per_sample,
@@ -177,6 +193,53 @@ def check_workload(path: Path, workload: dict[str, Any], world_size: int) -> Non
     if isinstance(steps, int) and steps > max_steps:
         raise ReplayError(f"{path}: total_training_steps {steps} needs more samples than the files hold "
                           f"({max_steps} steps of {batch} x {world_size} ranks)")
+
+
+def dlio3_workload(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    """The exported 2.0.0 workload as DLIO 3.0.x reads it: `model` a mapping with a name (3.0.x ignores a
+    string), the record length under 3.0.x's keys. `read_threads: 1` is kept by the environment
+    (dlio3_env), not the file: 3.0.x treats 1 as unset."""
+    out = {key: (dict(value) if isinstance(value, dict) else value) for key, value in workload.items()}
+    model = workload.get("model")
+    out["model"] = dict(model) if isinstance(model, dict) else {"name": str(model or name)}
+    out["model"].setdefault("name", name)
+    dataset = out.get("dataset") or {}
+    for old, new in _DLIO3_DATASET_KEYS.items():
+        if old in dataset:
+            dataset.setdefault(new, dataset.pop(old))
+    out["dataset"] = dataset
+    return out
+
+
+def dlio3_env(workload: dict[str, Any]) -> dict[str, str]:
+    """3.0.x sizes `read_threads` of 1 (or less) itself, up to DLIO_MAX_AUTO_THREADS: keep the exported one."""
+    threads = _section(workload, "reader").get("read_threads", 1)
+    return {"DLIO_MAX_AUTO_THREADS": "1"} if isinstance(threads, int) and threads <= 1 else {}
+
+
+def dlio_setup(dlio: str, config_dir: Path, name: str, workload: dict[str, Any],
+               work: Path) -> tuple[Path, Path, dict[str, str]]:
+    """(DLIO's python, the config dir to pass it, extra environment) for `dlio`, one of DLIO_VERSIONS; for 3.0
+    the workload is written again, as 3.0.x spells it, under WORK/config-dlio3/workload/."""
+    if dlio not in DLIO_VERSIONS:
+        raise ReplayError(f"DLIO version {dlio!r} is not one of {', '.join(DLIO_VERSIONS)}")
+    if dlio == "2.0.0":
+        return ensure_dlio_env(), config_dir, {}
+    python = ensure_dlio3_env()
+    target = work / DLIO3_CONFIG_DIR
+    (target / "workload").mkdir(parents=True, exist_ok=True)
+    header = (f"# {name}.yaml of {config_dir}, spelled for DLIO 3.0.x (storage.dlio.replay.dlio3_workload)\n")
+    (target / "workload" / f"{name}.yaml").write_text(
+        header + yaml.safe_dump(dlio3_workload(workload, name), sort_keys=False, default_flow_style=False))
+    return python, target, dlio3_env(workload)
+
+
+def result_name(dlio: str, base: str = RESULT_FILE) -> str:
+    """replay_result.json for 2.0.0, replay_result_dlio3.json for 3.0 (both kept side by side)."""
+    if dlio == "2.0.0":
+        return base
+    stem, dot, ext = base.rpartition(".")
+    return f"{stem}{DLIO3_SUFFIX}{dot}{ext}"
 
 
 # ---------------------------------------------------------------------------- DLIO runs
@@ -304,9 +367,11 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
 
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
-           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
-    """Generates the workload's data with DLIO 2.0.0, runs its training emulation with the profile's
-    world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json.
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
+           dlio: str = "2.0.0") -> ReplayResult:
+    """Generates the workload's data with DLIO 2.0.0 (`dlio="3.0"`: 3.0.x), runs its training emulation
+    with the profile's world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json
+    (replay_result_dlio3.json).
 
     `before_train`, if given, is called with DLIO's data folder once the data is generated and
     before DLIO trains on it: e.g. to drop the fresh files from the page cache, so that DLIO reads
@@ -322,27 +387,31 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     fmt = workload["dataset"]["format"]
     per_file = workload["dataset"].get("num_samples_per_file", 1)
 
-    python = ensure_dlio_env()
-    work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / "replay"
+    default_work = "replay" if dlio == "2.0.0" else "replay" + DLIO3_SUFFIX.replace("_", "-")
+    work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / default_work
     data, gen_out, train_out = work / "data", work / "generate", work / "train"
     for stale in (data, gen_out, train_out):  # stale files would count as generated data or results
         shutil.rmtree(stale, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
+    python, dlio_config, dlio_extra_env = dlio_setup(dlio, config_dir, name, workload, work)
+    label = DLIO_LABEL[dlio]
     gen_limit, train_limit = (timeout_s, timeout_s) if timeout_s else _timeouts(workload)
-    commands = {"generate": _dlio_command(python, world, config_dir, name, data, gen_out, True),
-                "train": _dlio_command(python, world, config_dir, name, data, train_out, False)}
+    commands = {"generate": _dlio_command(python, world, dlio_config, name, data, gen_out, True),
+                "train": _dlio_command(python, world, dlio_config, name, data, train_out, False)}
     seconds: dict[str, float] = {}
     io: dict[str, dict[str, int] | None] = {}
     try:
-        print(f"[replay] DLIO 2.0.0 generates {name}'s {fmt} data in {data} ({world} rank(s))", flush=True)
+        print(f"[replay] {label} generates {name}'s {fmt} data in {data} ({world} rank(s))", flush=True)
         seconds["generate"], io["generate"] = _run_dlio(commands["generate"], python=python, log=work / "generate.log",
-                                                        cwd=work, timeout_s=gen_limit, what="data generation")
+                                                        cwd=work, timeout_s=gen_limit, what="data generation",
+                                                        extra_env=dlio_extra_env)
         sample_bytes, _ = bytes_per_sample(data / "train", fmt, per_file)
         if before_train is not None:
             before_train(data)
-        print(f"[replay] DLIO 2.0.0 runs {name}'s training emulation ({world} rank(s))", flush=True)
+        print(f"[replay] {label} runs {name}'s training emulation ({world} rank(s))", flush=True)
         seconds["train"], io["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
                                                   timeout_s=train_limit, what="training emulation",
+                                                  extra_env=dlio_extra_env,
                                                   reads_dir=train_out / TRAINING_READS_DIR, ranks=world)
     finally:
         if not keep_data:
@@ -363,7 +432,7 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
         dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
         seconds={k: round(v, 2) for k, v in seconds.items()},
         commands={k: shlex.join(v) for k, v in commands.items()},
-        result_path=run_dir / EXPORT_DIR / RESULT_FILE)
+        result_path=run_dir / EXPORT_DIR / result_name(dlio), dlio=dlio)
     result.result_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
     print(result.table(), flush=True)
     print(f"[replay] {result.result_path}", flush=True)

@@ -1,4 +1,4 @@
-"""`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin]`
+"""`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin] [--dlio 2.0.0|3.0]`
 (dispatched by __main__)."""
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="where DLIO writes its data and output (default RUN_DIR/dlio/replay, or "
                              "RUN_DIR/dlio/replay-plugin with --reader plugin)")
     parser.add_argument("--keep-data", action="store_true", help="keep the generated data afterwards")
+    parser.add_argument("--dlio", choices=("2.0.0", "3.0"), default="2.0.0",
+                        help="2.0.0 (PyPI's, the default) or 3.0: mlcommons/DLIO_local_changes 3.0.x, the DLIO "
+                             "mlpstorage runs, in .venv-dlio3/ (built from a local copy: DLIO3_SOURCE=<checkout or "
+                             "archive> bash storage/dlio/setup_env_3.sh); results in RUN_DIR/dlio/*_dlio3.json")
     parser.add_argument("--reader", choices=("generic", "plugin"), default="generic",
                         help="generic: export's workload, one record per sample (default); plugin: a DLIO reader "
                              "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
@@ -38,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from storage.dlio.replays import replay
 
     try:
-        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader)
+        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader, dlio=args.dlio)
     except (ReplayError, DlioEnvError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

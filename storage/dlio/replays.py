@@ -21,9 +21,11 @@ READERS = ("generic", "plugin")
 
 
 def replay(run_dir: Path, *, reader: str = "generic", work_dir: Path | None = None, keep_data: bool = False,
-           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None) -> ReplayResult:
-    """The replay `reader` names; a ReplayError for another name."""
+           timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
+           dlio: str = "2.0.0") -> ReplayResult:
+    """The replay `reader` names, on DLIO `dlio` (2.0.0 or 3.0); a ReplayError for another name."""
     if reader not in READERS:
         raise ReplayError(f"reader {reader!r} is not one of {', '.join(READERS)}")
     run = generic_replay if reader == "generic" else plugin_replay
-    return run(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s, before_train=before_train)
+    return run(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s, before_train=before_train,
+               dlio=dlio)

@@ -1,0 +1,78 @@
+"""The DLIO 3.0.x side of the replay (mlcommons/DLIO_local_changes, the DLIO mlpstorage runs): the
+workload as 3.0.x spells it, its environment, and the refusals when that env is not there. CI
+replays with 2.0.0; 3.0.x is never on PyPI and its env is built only from a local copy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from storage.dlio import dlio_env
+from storage.dlio.replay import ReplayError, dlio3_env, dlio3_workload, dlio_setup, result_name
+from storage.dlio.replay_cli import main as replay_main
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "storage" / "dlio" / "setup_env_3.sh"
+
+
+def test_the_workload_is_spelled_as_3_0_reads_it_and_the_export_is_left_as_it_was():
+    exported = {"model": "retinanet_replay", "framework": "pytorch",
+                "dataset": {"format": "npy", "record_length": 3969, "record_length_stdev": 12,
+                            "record_length_resize": 3969, "num_files_train": 16},
+                "reader": {"batch_size": 8, "read_threads": 1}}
+    spelled = dlio3_workload(exported, "retinanet_replay")
+    assert spelled["model"] == {"name": "retinanet_replay"}
+    assert spelled["dataset"] == {"format": "npy", "record_length_bytes": 3969, "record_length_bytes_stdev": 12,
+                                  "record_length_bytes_resize": 3969, "num_files_train": 16}
+    assert exported["model"] == "retinanet_replay" and "record_length" in exported["dataset"]  # not changed
+    assert dlio3_workload({"model": {"name": "x", "type": "cnn"}}, "y")["model"] == {"name": "x", "type": "cnn"}
+    # 3.0.x treats read_threads 1 as unset and sizes it itself: the environment keeps it at 1
+    assert dlio3_env(exported) == {"DLIO_MAX_AUTO_THREADS": "1"}
+    assert dlio3_env({"reader": {"read_threads": 4}}) == {}
+
+
+def test_results_of_both_versions_sit_side_by_side():
+    assert result_name("2.0.0") == "replay_result.json"
+    assert result_name("3.0") == "replay_result_dlio3.json"
+    assert result_name("3.0", "replay_plugin_result.json") == "replay_plugin_result_dlio3.json"
+    with pytest.raises(ReplayError, match="DLIO version '4.0' is not one of 2.0.0, 3.0"):
+        dlio_setup("4.0", Path("/nowhere"), "w", {}, Path("/nowhere"))
+
+
+def test_without_its_env_and_without_a_source_it_says_how_to_build_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
+    monkeypatch.delenv("DLIO3_SOURCE", raising=False)
+    with pytest.raises(dlio_env.DlioEnvError, match=r"DLIO 3.0.x is not installed in .*venv: build it from a local "
+                                                    r"copy of mlcommons/DLIO_local_changes, DLIO3_SOURCE="):
+        dlio_env.ensure_dlio3_env()
+
+
+def test_the_replay_command_takes_the_version_and_refuses_others(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
+    monkeypatch.delenv("DLIO3_SOURCE", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        replay_main(["replay", str(tmp_path), "--dlio", "4.0"])
+    assert exited.value.code == 2 and "--dlio: invalid choice: '4.0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    (None, "DLIO3_SOURCE is not set: point it at a DLIO 3.0.x checkout"),
+    ("missing", "absent.tar.gz does not exist"),
+    ("folder", "is a folder without setup.py and dlio_benchmark/main.py"),
+])
+def test_the_setup_script_refuses_in_one_line_without_a_local_source(tmp_path, source, message):
+    env = {k: v for k, v in os.environ.items() if k not in ("DLIO3_SOURCE", "DLIO3_VENV")}
+    env["DLIO3_VENV"] = str(tmp_path / "venv")
+    if source == "missing":
+        env["DLIO3_SOURCE"] = str(tmp_path / "absent.tar.gz")
+    elif source == "folder":
+        (tmp_path / "src").mkdir()
+        env["DLIO3_SOURCE"] = str(tmp_path / "src")
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("[setup_dlio3_env] error: ") and message in errors[0], errors
+    assert not (tmp_path / "venv").exists()  # nothing built, nothing downloaded
