@@ -194,6 +194,11 @@ def _replay_entry(argv: list[str]) -> int:
         sampler.stop()
     shutil.rmtree(args.work_dir / "data", ignore_errors=True)
     train_out = args.work_dir / "train"
+    # DLIO's per-rank step records outlive the throttled device: kept beside the result, for a per-rank look
+    kept = args.result.with_name(args.result.stem + "_dlio_output")
+    kept.mkdir(parents=True, exist_ok=True)
+    for record in train_out.glob("*_output.json"):
+        shutil.copy2(record, kept / record.name)
     waits = _dlio_waits(train_out)
     before = state.get("before")
     reads, read_bytes = (after[0] - before[0], after[1] - before[1]) if before and after else (None, None)
