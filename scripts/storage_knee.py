@@ -2,7 +2,8 @@
 device whose reads a cgroup holds to a chosen rate. Root only.
 
     .venv/bin/python scripts/storage_knee.py --benchmark flux [--read-mbps 6] [--seconds-per-step 0.4]
-        [--batch 16] [--steps 16] [--max-accelerators 16] [--workers 2] [--no-dlio] [--out DIR]
+        [--batch 16 | --compute-times storage|training] [--steps 16] [--max-accelerators 16] [--workers 2]
+        [--no-dlio] [--out DIR]
         [--gin_bindings B ...] [--keep-reclaim] [--client-host-memory-in-gb G] [--dataset DIR]
 
 (A script, not a module of common/: it names the three benchmarks' debug configs.)
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--read-mbps", type=float, default=6.0, help="the device's read limit, MiB/s")
     parser.add_argument("--seconds-per-step", type=float, default=0.4, help="each emulated accelerator's step")
     parser.add_argument("--batch", type=int, default=16, help="samples per accelerator per step")
+    parser.add_argument("--compute-times", choices=("storage", "training"), default=None,
+                        help="take the step and batch from the benchmark's b200 row of this compute-time table "
+                             "(MLPerf Storage's or MLPerf Training's) instead of --seconds-per-step and --batch")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2, help="loader workers per rank")
     parser.add_argument("--max-accelerators", type=int, default=16)
@@ -72,9 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _bindings(args: argparse.Namespace, data_root: Path) -> list[str]:
     _, extra, data = DEBUG_CONFIGS[args.benchmark]
-    return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra,
-            f"storage.Emulation.seconds_per_step = {args.seconds_per_step}",
-            f"storage.Emulation.batch_per_accelerator = {args.batch}",
+    # with --compute-times the table's row for b200 sets the step and the batch, not --seconds-per-step/--batch
+    step = [] if args.compute_times else [f"storage.Emulation.seconds_per_step = {args.seconds_per_step}",
+                                          f"storage.Emulation.batch_per_accelerator = {args.batch}"]
+    return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra, *step,
             f"storage.Emulation.au_threshold = {args.au_threshold}", *args.gin_bindings]
 
 
@@ -119,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             sweep += ["--dlio", "--dlio-work-dir", str(disk.mount / "dlio")]
         if args.client_host_memory_in_gb is not None:
             sweep += ["--client-host-memory-in-gb", str(args.client_host_memory_in_gb)]
+        if args.compute_times:
+            sweep += ["--compute-times", args.compute_times]
         print(f"[knee] {disk.device} read-limited to {args.read_mbps} MiB/s; sweeping in its cgroup", flush=True)
         code = subprocess.run(disk.wrap(sweep), cwd=REPO).returncode
     return code

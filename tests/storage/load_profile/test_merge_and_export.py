@@ -345,3 +345,22 @@ def test_the_replay_sleeps_the_compute_of_every_step_and_the_storage_workload_th
     warm = profile["ranks"][0]["warmup"]["data_wait_s"]
     waits = sum(warm) + 0.01 * (STEPS - len(warm))
     assert STEPS * replay["train"]["computation_time"] + waits == pytest.approx(profile["ranks"][0]["wall_s"])
+
+
+def test_with_two_ranks_the_replay_computes_what_the_rank_that_waited_least_computed():
+    """A rank's step time without its data wait also holds what it waited at the step's collective for the
+    other rank; DLIO's ranks wait for each other at their own barrier, so the export takes the rank that
+    waited least (here rank 0: 0.4 s of compute and 25 ms of the loop's own work per step)."""
+    from storage.dlio.export import _every_step_compute, _step_compute
+
+    def rank(r, wait, wall):
+        return {"rank": r, "steps": 48, "wall_s": wall, "step_wall_s": {"mean": wall / 48, "count": 48},
+                "data_wait_s": {"mean": wait / 45, "count": 45}, "compute_s": {"mean": 0.4, "stdev": 0.0},
+                "warmup": {"steps": 3, "data_wait_s": [0.0, 0.0, 0.0]}}
+
+    # rank 0 waited 44.3 s for its data, rank 1 33.0 s and 11.6 s more for rank 0 at the collective
+    profile = {"ranks": [rank(0, 44.3, 64.7), rank(1, 33.0, 64.6)]}
+    mean, _ = _every_step_compute(profile)
+    assert mean == pytest.approx((64.7 - 44.3) / 48)  # 0.425 s, not the 0.546 s mean over both ranks
+    steady, _ = _step_compute(profile)
+    assert steady == pytest.approx(min(64.7 / 48 - 44.3 / 45, 64.6 / 48 - 33.0 / 45))
