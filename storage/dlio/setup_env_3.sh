@@ -17,8 +17,8 @@
 # 2.x (3.0.x asks for >=2.0.2; 2.0.6 is PyPI's newest release). MPI comes from PyPI's `mpich`
 # wheel, as in the 2.0.0 env.
 #
-# One patch, the 2.0.0 env's (see below): a per-sample debug f-string that formats the whole sample
-# index map is removed, where the source still has it.
+# Two patches (see below): the 2.0.0 env's per-sample debug f-string that formats the whole sample
+# index map is removed, and a 3.0.x NameError that kills rank 0's workers with a reader plugin is fixed.
 #
 # Python: 3.0.x declares requires-python ">=3.12,<3.13", but its code runs on 3.11, the
 # interpreter the rest of the repository uses and the one /opt/wheels holds the CPU torch wheel
@@ -239,40 +239,33 @@ if [[ "$pyver" != 3.12 ]]; then
 fi
 step --no-deps --no-build-isolation "${relax[@]}" "$work/src"
 
-# The 2.0.0 env's one patch, where the source still has its line: FormatReader.read_index builds a
-# debug message of the whole sample index map (an f-string, so even with debug logging off) for
-# every sample it reads, a cost that grows with the dataset. The message is never shown; the patch
-# removes it and nothing else, so the two envs do not differ by it.
-"$venv/bin/python" - <<'PATCH' || fail "patching dlio_benchmark/reader/reader_handler.py failed"
+# Two patches, each where the source still has its line, nothing else changed:
+# - the 2.0.0 env's: FormatReader.read_index builds a debug message of the whole sample index map (an
+#   f-string, so even with debug logging off) for every sample it reads, a cost that grows with the
+#   dataset; the message is never shown, so the two envs do not differ by it;
+# - a 3.0.x bug: ReaderFactory.get_reader, a staticmethod, logs a custom reader class
+#   (reader.reader_classname) through `self.logger` on rank 0, so every loader worker of rank 0 dies
+#   with "NameError: name 'self' is not defined" (seen with the reader plugin's replay); the line is
+#   sent to the logging module instead.
+"$venv/bin/python" - <<'PATCH' || fail "patching dlio_benchmark failed (its lines above)"
 import os, sys
 import dlio_benchmark
-path = os.path.join(os.path.dirname(dlio_benchmark.__file__), "reader", "reader_handler.py")
-text = open(path, newline="").read()
-old = 'self.logger.debug(f"{self.global_index_map}")'
-if text.count(old) > 1:
-    sys.exit(f"{path}: expected the read_index line once, found it {text.count(old)} times")
-if not text.count(old):
-    print(f"[setup_dlio3_env] note: {path} has no per-sample index-map debug line: nothing to patch")
-else:
-    open(path, "w", newline="").write(text.replace(old, "pass  # patched by storage/dlio/setup_env_3.sh: formatted the whole index map per sample"))
-PATCH
-
-# A second patch, a 3.0.x bug: ReaderFactory.get_reader, a staticmethod, logs a custom reader class
-# (reader.reader_classname) through `self.logger` on rank 0, so every loader worker of rank 0 dies with
-# "NameError: name 'self' is not defined" (seen with the reader plugin's replay). The line is sent to
-# the logging module instead; nothing else changes.
-"$venv/bin/python" - <<'PATCH' || fail "patching dlio_benchmark/reader/reader_factory.py failed"
-import os, sys
-import dlio_benchmark
-path = os.path.join(os.path.dirname(dlio_benchmark.__file__), "reader", "reader_factory.py")
-text = open(path, newline="").read()
-old = 'self.logger.info(f"{utcnow()} Running DLIO with custom data loader class'
-if text.count(old) > 1:
-    sys.exit(f"{path}: expected the custom reader's log line once, found it {text.count(old)} times")
-if not text.count(old):
-    print(f"[setup_dlio3_env] note: {path} does not log the custom reader through self: nothing to patch")
-else:
-    open(path, "w", newline="").write(text.replace(old, 'logging.info(f"{utcnow()} Running DLIO with custom data loader class'))
+root = os.path.dirname(dlio_benchmark.__file__)
+patches = [
+    ("reader/reader_handler.py", 'self.logger.debug(f"{self.global_index_map}")',
+     "pass  # patched by storage/dlio/setup_env_3.sh: formatted the whole index map per sample"),
+    ("reader/reader_factory.py", 'self.logger.info(f"{utcnow()} Running DLIO with custom data loader class',
+     'logging.info(f"{utcnow()} Running DLIO with custom data loader class'),
+]
+for relative, old, new in patches:
+    path = os.path.join(root, relative)
+    text = open(path, newline="").read()  # keep the files' own line endings
+    if text.count(old) > 1:
+        sys.exit(f"{path}: expected the patched line once, found it {text.count(old)} times")
+    if not text.count(old):
+        print(f"[setup_dlio3_env] note: {path} no longer has the patched line: nothing to patch")
+        continue
+    open(path, "w", newline="").write(text.replace(old, new))
 PATCH
 
 version="$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("dlio_benchmark"))' 2>/dev/null)" \
