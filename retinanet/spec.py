@@ -27,6 +27,7 @@ SPEC = BenchmarkSpec(
             record_bytes=322_957, samples_per_file=1, num_files=1_170_301),
         compute_times=Path(__file__).with_name("compute_times.csv"),
         training_compute_times=Path(__file__).with_name("compute_times_training.csv"),
+        mlpstorage_modes=("closed", "open", "whatif"),
     ),
     checkpoint=CheckpointWorkload(
         state_builder="retinanet.checkpoint_state:app_state_on_meta", reference_flavor="reference",

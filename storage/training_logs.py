@@ -376,7 +376,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--round", dest="round_name", default=None,
                         help="the MLPerf Training round (default: from a training_results_vX.Y folder in the path)")
     parser.add_argument("--benchmark", default=None,
-                        help="only logs of this submission_benchmark (e.g. flux1, retinanet)")
+                        help="only logs of this submission_benchmark (as the logs name it)")
     parser.add_argument("--csv", type=Path, default=None, help="write a row per log here")
     parser.add_argument("--table", type=Path, default=None,
                         help="write a compute-time table here (storage.compute_times' columns; a row per accelerator)")

@@ -343,7 +343,8 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
                      f"mlpstorage runs DLIO: dlio_benchmark --config-dir <that configs/dlio> "
                      f"workload={model}_datagen_measured ++workload.dataset.data_folder=<data dir>"]
     commands = commands_text(model=model, workload_file=f"{name}.yaml", datagen_file=f"{model}_datagen_measured.yaml",
-                             workload=workload, published=ref, accelerator=accelerator and accelerator.strip().lower())
+                             workload=workload, published=ref, accelerator=accelerator and accelerator.strip().lower(),
+                             modes=storage.mlpstorage_modes)
     return {
         COMMANDS_FILE: commands,
         f"{name}.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}"

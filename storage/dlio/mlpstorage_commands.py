@@ -5,8 +5,8 @@ rules/run_checkers/training.py, benchmarks/dlio.py), not imported: mlpstorage is
 
 - The CLI is `mlpstorage <closed|open|whatif> training <model> <datasize|datagen|run> <file|object> ...`
   (`--loops` only under open and whatif).
-- CLOSED and OPEN accept unet3d and retinanet, on b200 or mi355; every model (flux and dlrm too)
-  runs under whatif, on h100, a100, b200 or mi355.
+- CLOSED and OPEN accept only some models (each spec's `storage.mlpstorage_modes` says which modes its
+  model runs in), on b200 or mi355; every model runs under whatif, on h100, a100, b200 or mi355.
 - A run reads `configs/dlio/workload/<model>_<accelerator>.yaml` from the mlcommons/storage checkout.
 - `--params KEY=VALUE ...` overrides that file: CLOSED allows only CLOSED_ALLOWED_PARAMS, OPEN also
   OPEN_ALLOWED_PARAMS; anything else makes the run invalid for a submission (whatif takes any).
@@ -18,7 +18,6 @@ from typing import Any
 
 from common.spec import PublishedWorkload
 
-MODES_OF = {"closed": ("unet3d", "retinanet"), "open": ("unet3d", "retinanet")}
 ACCELERATORS = ("h100", "a100", "b200", "mi355")
 ACCELERATORS_CLOSED = ("b200", "mi355")
 CLOSED_ALLOWED_PARAMS = ("dataset.num_files_train", "dataset.num_subfolders_train", "dataset.data_folder",
@@ -59,7 +58,7 @@ def submission_params(workload: dict[str, Any], published: PublishedWorkload, mo
 
 
 def commands_text(*, model: str, workload_file: str, datagen_file: str, workload: dict[str, Any],
-                  published: PublishedWorkload, accelerator: str | None) -> str:
+                  published: PublishedWorkload, accelerator: str | None, modes: tuple[str, ...] = ("whatif",)) -> str:
     """MLPSTORAGE.md: the exact command lines for this export, per mode the model may run in."""
     at = accelerator if accelerator in ACCELERATORS else "b200"
     name = f"{model}_{at}.yaml"
@@ -77,13 +76,13 @@ def commands_text(*, model: str, workload_file: str, datagen_file: str, workload
              f"dlio_benchmark --config-dir <storage>/configs/dlio workload={datagen_file.removesuffix('.yaml')} "
              "++workload.dataset.data_folder=D",
              f"mlpstorage whatif training {model} run file -na N -at {at} -cm M -dd D -rd R -sn S", "```", ""]
-    if model not in MODES_OF["closed"]:
+    if "closed" not in modes and "open" not in modes:
         lines += ["## closed and open", "",
-                  f"Not for {model}: the v3.0 edition accepts only {', '.join(MODES_OF['closed'])} in CLOSED and OPEN; "
-                  f"{model} runs under whatif only.", ""]
+                  f"Not for {model}: the v3.0 edition accepts other models in CLOSED and OPEN; {model} runs under "
+                  "whatif only.", ""]
         return "\n".join(lines)
     closed_at = at if at in ACCELERATORS_CLOSED else ACCELERATORS_CLOSED[0]
-    for mode in ("closed", "open"):
+    for mode in (m for m in ("closed", "open") if m in modes):
         params, refused = submission_params(workload, published, mode)
         flag = f" --params {' '.join(params)}" if params else ""
         lines += [f"## {mode}", "",

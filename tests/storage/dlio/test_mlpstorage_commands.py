@@ -14,6 +14,7 @@ from tests.storage.load_profile.profiles import known_profile
 
 RETINANET = registry.find("retinanet").storage.workload
 FLUX = registry.find("flux").storage.workload
+RETINANET_MODES = registry.find("retinanet").storage.mlpstorage_modes
 
 
 def _workload(**changes) -> dict:
@@ -48,15 +49,22 @@ def test_closed_carries_only_its_allowed_params_and_names_what_it_cannot():
     assert closed_params == [] and closed_refused == ["dataset.num_samples_per_file=4 (published 1)"]
 
 
+def test_only_retinanet_runs_in_closed_and_open_as_the_v3_edition_says():
+    assert RETINANET_MODES == ("closed", "open", "whatif")
+    assert {spec.package: spec.storage.mlpstorage_modes for spec in registry.specs() if spec.storage is not None
+            and spec.package != "retinanet"} == {"flux": ("whatif",), "recommendation_v4": ("whatif",)}
+
+
 def test_the_text_per_model_and_accelerator():
     text = commands_text(model="retinanet", workload_file="retinanet_measured.yaml",
                          datagen_file="retinanet_datagen_measured.yaml", workload=_workload(reader__read_threads=3),
-                         published=RETINANET, accelerator=None)
+                         published=RETINANET, accelerator=None, modes=RETINANET_MODES)
     assert "mlpstorage whatif training retinanet run file -na N -at b200 -cm M -dd D -rd R -sn S" in text
     assert "Copy `retinanet_measured.yaml` into `<storage>/configs/dlio/workload/` as `retinanet_b200.yaml`" in text
     assert _params(text, "closed") == ["reader.read_threads=3"] and _params(text, "open") == ["reader.read_threads=3"]
     flux = commands_text(model="flux", workload_file="flux_b200.yaml", datagen_file="flux_datagen_measured.yaml",
-                         workload={}, published=FLUX, accelerator="b200")
+                         workload={}, published=FLUX, accelerator="b200",
+                         modes=registry.find("flux").storage.mlpstorage_modes)
     assert "mlpstorage whatif training flux run file -na N -at b200" in flux and "as `flux_b200.yaml`" not in flux
     assert "flux runs under whatif only" in flux and "mlpstorage closed" not in flux
     dlrm = commands_text(model="dlrm", workload_file="dlrm_mi350x.yaml", datagen_file="dlrm_datagen_measured.yaml",
