@@ -144,7 +144,7 @@ def _epoch_window(train_out: Path) -> tuple[float, float] | None:
         return None
 
 
-READERS = ("generic", "plugin", "generic-3.0", "plugin-3.0")
+READERS = ("generic", "plugin", "generic-3.0", "plugin-3.0", "storage-3.0")
 
 
 def _reader(name: str) -> tuple[str, str]:
@@ -421,7 +421,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None, help="default per benchmark (SETTINGS)")
     parser.add_argument("--ranks", type=int, action="append", default=None, help="repeatable; default 1")
     parser.add_argument("--readers", nargs="+", choices=READERS, default=["generic", "plugin"],
-                        help="generic and plugin on DLIO 2.0.0; generic-3.0 and plugin-3.0 on DLIO 3.0.x "
+                        help="generic and plugin on DLIO 2.0.0; generic-3.0, plugin-3.0 and storage-3.0 (the export's "
+                             "MLPerf Storage workload itself) on DLIO 3.0.x "
                              "(.venv-dlio3, built from a local copy: storage/dlio/setup_env_3.sh)")
     parser.add_argument("--size-mb", type=int, default=1536)
     parser.add_argument("--gin_bindings", action="append", default=[])

@@ -23,11 +23,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="2.0.0 (PyPI's, the default) or 3.0: mlcommons/DLIO_local_changes 3.0.x, the DLIO "
                              "mlpstorage runs, in .venv-dlio3/ (built from a local copy: DLIO3_SOURCE=<checkout or "
                              "archive> bash storage/dlio/setup_env_3.sh); results in RUN_DIR/dlio/*_dlio3.json")
-    parser.add_argument("--reader", choices=("generic", "plugin"), default="generic",
+    parser.add_argument("--reader", choices=("generic", "plugin", "storage"), default="generic",
                         help="generic: export's workload, one record per sample (default); plugin: a DLIO reader "
                              "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
                              "compares them (RUN_DIR/dlio/replay_plugin_result.json, work dir "
-                             "RUN_DIR/dlio/replay-plugin)")
+                             "RUN_DIR/dlio/replay-plugin); storage (with --dlio 3.0): the export's MLPerf Storage "
+                             "workload itself, FLUX's as parquet row groups, at this run's data size "
+                             "(RUN_DIR/dlio/replay_storage_result_dlio3.json)")
     return parser
 
 

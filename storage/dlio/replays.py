@@ -2,7 +2,9 @@
 
 - generic (storage.dlio.replay): DLIO 2.0.0 on export's workload, one record per sample;
 - plugin (storage.dlio.plugin_workload): DLIO 2.0.0 with the reader plugin that makes, per
-  sample, the reads the profile recorded.
+  sample, the reads the profile recorded;
+- storage (storage.dlio.storage_workload_replay): DLIO 3.0.x on the export's MLPerf Storage
+  workload itself (FLUX: parquet row groups), at this run's data size; 3.0 only.
 
 The plugin's replay is built on the generic one's pieces, so the choice between them lives here,
 above both, rather than in either.
@@ -16,8 +18,9 @@ from typing import Callable
 from storage.dlio.plugin_workload import plugin_replay
 from storage.dlio.replay import ReplayError, ReplayResult
 from storage.dlio.replay import replay as generic_replay
+from storage.dlio.storage_workload_replay import storage_workload_replay
 
-READERS = ("generic", "plugin")
+READERS = ("generic", "plugin", "storage")
 
 
 def replay(run_dir: Path, *, reader: str = "generic", work_dir: Path | None = None, keep_data: bool = False,
@@ -26,6 +29,12 @@ def replay(run_dir: Path, *, reader: str = "generic", work_dir: Path | None = No
     """The replay `reader` names, on DLIO `dlio` (2.0.0 or 3.0); a ReplayError for another name."""
     if reader not in READERS:
         raise ReplayError(f"reader {reader!r} is not one of {', '.join(READERS)}")
+    if reader == "storage":
+        if dlio != "3.0":
+            raise ReplayError("the storage reader runs the export's MLPerf Storage workload, which only DLIO 3.0.x "
+                              "reads (2.0.0 has neither its parquet nor its keys): add --dlio 3.0")
+        return storage_workload_replay(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s,
+                                       before_train=before_train)
     run = generic_replay if reader == "generic" else plugin_replay
     return run(run_dir, work_dir=work_dir, keep_data=keep_data, timeout_s=timeout_s, before_train=before_train,
                dlio=dlio)

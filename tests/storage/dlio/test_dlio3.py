@@ -76,3 +76,23 @@ def test_the_setup_script_refuses_in_one_line_without_a_local_source(tmp_path, s
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("[setup_dlio3_env] error: ") and message in errors[0], errors
     assert not (tmp_path / "venv").exists()  # nothing built, nothing downloaded
+
+
+def test_the_storage_reader_runs_only_on_3_0_and_needs_its_env(tmp_path, monkeypatch):
+    """`--reader storage` runs the export's MLPerf Storage workload itself (FLUX's parquet row groups):
+    only DLIO 3.0.x reads it, so 2.0.0 is refused before anything runs, and 3.0 without its env says how
+    to build it."""
+    from storage.dlio.replays import replay
+    from storage.load_profile.session import write_profile
+    from tests.storage.load_profile.profiles import known_profile
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_profile(run, known_profile(world_size=1))
+    with pytest.raises(ReplayError, match="only DLIO 3.0.x reads .*add --dlio 3.0"):
+        replay(run, reader="storage")
+    monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
+    monkeypatch.delenv("DLIO3_SOURCE", raising=False)
+    with pytest.raises(dlio_env.DlioEnvError, match="DLIO 3.0.x is not installed"):
+        replay(run, reader="storage", dlio="3.0")
+    assert not (run / "dlio" / "replay-storage-dlio3").exists()

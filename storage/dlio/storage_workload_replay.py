@@ -1,0 +1,104 @@
+"""The export's MLPerf Storage workload itself, run on DLIO 3.0.x: `replay --dlio 3.0 --reader storage`.
+
+The generic and plugin replays run a DLIO 2.0.0 workload (2.0.0 has no parquet, so FLUX's goes as
+npy). DLIO 3.0.x, the DLIO mlpstorage runs, has the parquet generator and reader that FLUX's MLPerf
+Storage workload uses: this replay runs `mlperf_storage/<model>_measured.yaml` as the export writes
+it, the parquet columns as measured and DLIO reading whole row groups file by file, sized to this
+run's data (the export's `--dataset-of-run`: the real training set would be thousands of files).
+
+    RUN_DIR/dlio/replay-storage-dlio3/      config/workload/<model>_measured.yaml, data/ (deleted
+                                            afterwards unless keep_data), generate/, train/, logs
+    RUN_DIR/dlio/replay_storage_result_dlio3.json
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from storage.dlio import replay as replay_module
+from storage.dlio.dlio_env import ensure_dlio3_env
+from storage.dlio.export import EXPORT_DIR, ExportError, mlperf_storage_workloads
+
+RESULT_FILE = "replay_storage_result_dlio3.json"
+WORK_DIR = "replay-storage-dlio3"
+
+
+def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
+                            timeout_s: float | None = None,
+                            before_train: Callable[[Path], None] | None = None) -> replay_module.ReplayResult:
+    """Generates and trains the run's MLPerf Storage workload (at this run's data size) with DLIO 3.0.x,
+    prints measured vs replayed and writes RUN_DIR/dlio/replay_storage_result_dlio3.json."""
+    run_dir = Path(run_dir).resolve()
+    profile = replay_module._read_profile(run_dir)
+    world = profile["world_size"]
+    try:
+        texts = mlperf_storage_workloads(profile, accelerator=None, dataset_scale=None)
+    except (ExportError, KeyError, TypeError, ZeroDivisionError) as error:
+        raise replay_module.ReplayError(f"{run_dir}: its MLPerf Storage workload cannot be written ({error})") from None
+    name = next(n.removesuffix(".yaml") for n in texts if n.endswith("_measured.yaml") and "_datagen_" not in n)
+    workload = yaml.safe_load(texts[f"{name}.yaml"])
+    dataset = workload["dataset"]
+    files, per_file = int(dataset["num_files_train"]), int(dataset["num_samples_per_file"])
+    if files < world:
+        raise replay_module.ReplayError(f"{name}.yaml: {files} files for {world} ranks (3.0.x gives each rank whole "
+                                        "files): nothing to read on some ranks")
+
+    python = ensure_dlio3_env()
+    work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / WORK_DIR
+    config, data, gen_out, train_out = work / "config", work / "data", work / "generate", work / "train"
+    for stale in (config, data, gen_out, train_out):
+        shutil.rmtree(stale, ignore_errors=True)
+    (config / "workload").mkdir(parents=True)
+    (config / "workload" / f"{name}.yaml").write_text(texts[f"{name}.yaml"])
+    env = replay_module.dlio3_env(workload)
+    limits = (timeout_s, timeout_s) if timeout_s else (300.0 + files * per_file * dataset["record_length_bytes"] / 2e5,
+                                                        300.0 + 5.0 * workload["train"]["total_training_steps"]
+                                                        * workload["train"]["computation_time"])
+    commands = {"generate": replay_module._dlio_command(python, world, config, name, data, gen_out, True),
+                "train": replay_module._dlio_command(python, world, config, name, data, train_out, False)}
+    seconds, io = {}, {}
+    try:
+        print(f"[replay] DLIO 3.0.x generates {name}'s {dataset['format']} data in {data} ({world} rank(s))",
+              flush=True)
+        seconds["generate"], io["generate"] = replay_module._run_dlio(
+            commands["generate"], python=python, log=work / "generate.log", cwd=work, timeout_s=limits[0],
+            what="data generation", extra_env=env)
+        sample_bytes, _ = replay_module.bytes_per_sample(data / "train", dataset["format"], per_file)
+        if before_train is not None:
+            before_train(data)
+        print(f"[replay] DLIO 3.0.x runs {name} ({world} rank(s))", flush=True)
+        seconds["train"], io["train"] = replay_module._run_dlio(
+            commands["train"], python=python, log=work / "train.log", cwd=work, timeout_s=limits[1],
+            what="training emulation", extra_env=env,
+            reads_dir=train_out / replay_module.TRAINING_READS_DIR, ranks=world)
+    finally:
+        if not keep_data:
+            shutil.rmtree(data, ignore_errors=True)
+    figures, steps = replay_module._read_dlio_output(train_out)
+    trained = steps * int(workload["reader"]["batch_size"]) * world
+    read = (io["train"] or {}).get("training_rchar")
+    read_per_sample = read / trained if read is not None and trained else None
+    totals = profile["totals"]
+    result = replay_module.ReplayResult(
+        benchmark=str(profile.get("benchmark")), workload=name, dataset_format=dataset["format"], world_size=world,
+        measured={"samples_per_s": float(totals["samples_per_s"]), "mb_per_s": float(totals["mb_per_s"]),
+                  "au": float(totals["au"])},
+        replayed={"samples_per_s": figures["samples_per_s"],
+                  "mb_per_s": figures["samples_per_s"] * (read_per_sample or sample_bytes) / 1e6, "au": figures["au"]},
+        bytes_per_sample=sample_bytes, read_per_sample=read_per_sample, process_reads=io,
+        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
+        seconds={k: round(v, 2) for k, v in seconds.items()},
+        commands={k: shlex.join(v) for k, v in commands.items()},
+        result_path=run_dir / EXPORT_DIR / RESULT_FILE, dlio="3.0")
+    saved = result.as_json()
+    saved["reader"] = "storage: the export's MLPerf Storage workload (mlperf_storage/), at this run's data size"
+    result.result_path.write_text(json.dumps(saved, indent=2) + "\n")
+    print(result.table(), flush=True)
+    print(f"[replay] {result.result_path}", flush=True)
+    return result
