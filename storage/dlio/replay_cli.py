@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
                              "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
                              "compares them (RUN_DIR/dlio/replay_plugin_result.json, work dir "
                              "RUN_DIR/dlio/replay-plugin); storage (with --dlio 3.0): the export's MLPerf Storage "
-                             "workload itself, FLUX's as parquet row groups, at this run's data size "
+                             "workload itself (parquet read by row groups where it is parquet), at this run's data size "
                              "(RUN_DIR/dlio/replay_storage_result_dlio3.json)")
     return parser
 
