@@ -1,8 +1,9 @@
-"""Process-group setup from the launcher's environment (torchrun or Slurm's srun).
+"""Process-group setup from the launcher's environment (torchrun, Slurm's srun, or MPI).
 
 One process per device. torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
 MASTER_PORT; srun sets SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, and our Slurm scripts
-export MASTER_ADDR / MASTER_PORT. A bare `python -m ...` is world size 1 and still gets a
+export MASTER_ADDR / MASTER_PORT; mpirun (Open MPI) and mpiexec (MPICH Hydra) set their own
+rank variables, as MLPerf Storage launches DLIO, and the caller exports MASTER_ADDR / MASTER_PORT. A bare `python -m ...` is world size 1 and still gets a
 (single-member) process group, so every code path — TorchRec sharding included — is the
 same one a multi-process job runs.
 """
@@ -45,16 +46,45 @@ def _env_int(*names: str) -> int | None:
     return None
 
 
+# Each launcher's names for (rank, world size, local rank, ranks on this host): torchrun's, Slurm's
+# srun, Open MPI's mpirun, and MPICH Hydra's mpiexec (PMI), in that order of precedence.
+_RANK = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_WORLD = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_LOCAL_RANK = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_LOCAL_WORLD = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+
+def slurm_tasks_on_this_node(env: dict | None = None) -> int | None:
+    """This node's task count from Slurm's per-node list, compressed as Slurm writes it ("2(x3),1"),
+    indexed by the node's place in the step (SLURM_NODEID); None outside Slurm."""
+    env = os.environ if env is None else env
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE")
+    if not spec:
+        return None
+    counts: list[int] = []
+    try:
+        for part in spec.split(","):
+            count, _, repeat = part.partition("(x")
+            counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+        node = int(env.get("SLURM_NODEID", "0"))
+    except ValueError:
+        raise ValueError(f"Slurm's tasks per node {spec!r} (SLURM_STEP_TASKS_PER_NODE) is not a list Slurm writes") from None
+    return counts[node] if 0 <= node < len(counts) else None
+
+
 def launch_topology() -> tuple[int, int, int, int]:
-    """(rank, world_size, local_rank, local_world_size) from torchrun's or Slurm's variables."""
-    rank = _env_int("RANK", "SLURM_PROCID")
-    world = _env_int("WORLD_SIZE", "SLURM_NTASKS")
-    local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID")
-    local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")
+    """(rank, world_size, local_rank, local_world_size) from torchrun's, Slurm's or MPI's variables."""
+    rank = _env_int(*_RANK)
+    world = _env_int(*_WORLD)
+    local_rank = _env_int(*_LOCAL_RANK)
+    local_world = _env_int(*_LOCAL_WORLD)
+    if local_world is None and os.environ.get("SLURM_PROCID") not in (None, "") and not os.environ.get("RANK"):
+        local_world = slurm_tasks_on_this_node()
     if rank is None or world is None:
         return 0, 1, 0, 1
     if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} is outside world size {world} (check RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)")
+        raise ValueError(f"rank {rank} is outside world size {world} (check RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, "
+                         "OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/PMI_SIZE)")
     local_rank = rank if local_rank is None else local_rank
     local_world = world if local_world is None else local_world
     return rank, world, local_rank, local_world
