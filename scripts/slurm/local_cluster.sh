@@ -21,7 +21,10 @@
 # Environment: SLURM_LOCAL_ROOT (the directory), SLURM_LOCAL_PORT (slurmctld's port; the nodes
 # take the next two; default 16817), SLURM_LOCAL_CPUS (CPUs each emulated node offers; default
 # 4, more than the machine has is fine: tasks only share its cores), SLURM_LOCAL_KILLWAIT
-# (seconds between SIGTERM and SIGKILL at a time limit or scancel; default 30, as Slurm's).
+# (seconds between SIGTERM and SIGKILL at a time limit or scancel; default 30, as Slurm's),
+# SLURM_LOCAL_HOSTS_DIR (the root of emulated client hosts named n1 and n2, storage/host/emulated_hosts.py:
+# each slurmd then runs in its node's mount and UTS namespaces, so a job step on n1 has n1's hostname
+# and sees n1's mounts, e.g. its own sshfs mount of a shared export, storage/host/shared_storage.py).
 set -euo pipefail
 
 action="${1:-up}"
@@ -29,6 +32,7 @@ root="${SLURM_LOCAL_ROOT:-/tmp/mlperf-slurm}"
 port="${SLURM_LOCAL_PORT:-16817}"
 cpus="${SLURM_LOCAL_CPUS:-4}"
 killwait="${SLURM_LOCAL_KILLWAIT:-30}"
+hosts_dir="${SLURM_LOCAL_HOSTS_DIR:-}"
 nodes=(n1 n2)
 conf="$root/slurm.conf"
 export SLURM_CONF="$conf"
@@ -75,6 +79,7 @@ install_slurm() {
 write_conf() {  # to stdout: the whole configuration is a function of the environment above
   cat <<CONF
 # written by scripts/slurm/local_cluster.sh
+# node namespaces: ${hosts_dir:-none}
 ClusterName=mlperf-local
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$port
@@ -156,7 +161,15 @@ up() {
   alive "$root/slurmctld.pid" || slurmctld -f "$conf" -i || die "slurmctld did not start; see $root/log/slurmctld.log"
   local node
   for node in "${nodes[@]}"; do
-    alive "$root/slurmd-$node.pid" || slurmd -f "$conf" -N "$node" || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
+    alive "$root/slurmd-$node.pid" && continue
+    local enter=()
+    if [[ -n "$hosts_dir" ]]; then
+      local holder
+      holder="$(cat "$hosts_dir/ns/$node.pid" 2>/dev/null)" && [[ -d "/proc/$holder" ]] \
+        || die "SLURM_LOCAL_HOSTS_DIR=$hosts_dir has no live emulated host $node (storage/host/emulated_hosts.py makes them)" 2
+      enter=(nsenter -t "$holder" --mount --uts --)
+    fi
+    "${enter[@]}" slurmd -f "$conf" -N "$node" || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
   done
   local i
   for i in $(seq 300); do
