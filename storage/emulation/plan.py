@@ -14,6 +14,8 @@ model. The plan:
   reclaim: device bytes can then exceed the data);
 - trains nothing: `EmulatedTask` holds each step for the accelerator's compute time; no
   evaluation, no learning rate, no checkpoints (the lifecycle skips them);
+- samples what each host saw over the run (storage.host.host_series, on the host's local rank 0)
+  and gathers the hosts' series into host_series.json beside emulation.json;
 - at the end gathers every accelerator's AU and writes emulation.json with the verdict against
   the workload's AU threshold and the storage figures of the run's load profile (the one the run
   just gathered, in memory).
@@ -22,6 +24,7 @@ model. The plan:
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -34,9 +37,10 @@ from common.run.loop import LoopResult
 from common.spec import BenchmarkSpec
 from storage.emulation.checkpoints import RunCheckpoints
 from storage.emulation.client_host import ClientHostMemory, hold_to_client_memory
-from storage.emulation.report import build_report, verdict_line, write_report
+from storage.emulation.report import build_report, verdict_line, write_host_series, write_report
 from storage.emulation.settings import EmulatedAccelerator, Emulation
 from storage.emulation.task import EmulatedTask
+from storage.host.host_series import HostSeries
 from storage.host.page_cache import dataset_vs_memory, drop_caches, evict
 from storage.host.proactive_reclaim import find_reclaimers
 from storage.host.proactive_reclaim import warning as reclaim_warning
@@ -90,6 +94,20 @@ def _memory_check(ctx: RunContext, data_dirs: Sequence[Path], client: ClientHost
             "warning": check.warning, "proactive_reclaim": reclaim}
 
 
+def _start_host_series(ctx: RunContext, settings: Emulation, client: ClientHostMemory | None) -> HostSeries | None:
+    """This host's sampler, on its local rank 0 (collective: every rank says which host it is on and its pid)."""
+    if not settings.host_series_interval_s:
+        return None
+    host = socket.gethostname()
+    ranks = gather_objects({"host": host, "pid": os.getpid()})
+    if ctx.info.local_rank != 0:
+        return None
+    pids = [r["pid"] for r in ranks if r["host"] == host]
+    stats = client.cgroup.stats if client is not None and client.cgroup is not None else None
+    return HostSeries(host=host, interval_s=settings.host_series_interval_s, pids=lambda: pids,
+                      cgroup_stats=stats).start()
+
+
 def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | None,
                  on_save: Callable[[Save], None] = lambda save: None) -> RunCheckpoints | None:
     every = settings.checkpoint_every_steps
@@ -126,6 +144,7 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
     client = hold_to_client_memory(ctx, accelerator.settings.client_host_memory_in_gb)
     cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
     memory = _memory_check(ctx, data.data_dirs, client)
+    series = _start_host_series(ctx, accelerator.settings, client)
     checkpoints = _checkpoints(ctx, accelerator.settings, spec, on_save=checkpoint_saved)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
                         rank=ctx.info.rank, count_samples=data.count_samples, checkpoints=checkpoints)
@@ -135,6 +154,7 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
         client_memory = client.record() if client and ctx.info.local_rank == 0 else None
         utilisations = gather_objects({**task.utilisation(), "host": host, "local_rank": ctx.info.local_rank,
                                        "client_memory": client_memory,
+                                       "series": series.stop() if series is not None else None,
                                        "checkpoints": checkpoints.record() if checkpoints else None})
         if checkpoints is not None:
             checkpoints.close()
@@ -144,6 +164,7 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
                               utilisations=utilisations, au_threshold=accelerator.au_threshold, compute=compute,
                               profile=profile(), cold=cold, memory=memory)
         path = write_report(ctx.run_dir, report)
+        write_host_series(ctx.run_dir, [u["series"] for u in utilisations if u.get("series")])
         line = verdict_line(report)
         return {"emulation": {"accelerator": accelerator.name, "au": report["au"]["mean"], "passed": report["passed"],
                               "report": str(path)}}, line

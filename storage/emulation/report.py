@@ -8,7 +8,8 @@
      "bytes_per_sample": {logical, unique, process (the kernel's read_bytes of the loaders), device},
      "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes (the client
      host memory's limit where one held), memory_checked, warning, proactive_reclaim},
-     "hosts": [{host, cpu_busy (the host's CPUs over the timed steps, 0-1), cpu_saturated,
+     "hosts": [{host, accelerators (its ranks), au_mean (theirs), samples_per_s (theirs),
+                cpu_busy (the host's CPUs over the timed steps, 0-1), cpu_saturated,
                 client_memory: {client_host_memory_in_gb, applied, reason, cgroup, limit_bytes,
                 cache_bytes (the page cache it held at the end), peak_bytes, rss_bytes, oom_kills}}],
      "client_cpu_saturated": any host's CPUs >= 90% busy (the client, not the storage, was the limit)}
@@ -28,6 +29,8 @@ from storage.host.cpu_use import SATURATED
 
 REPORT_FILE = "emulation.json"
 FORMAT = "mlperf-emulation"
+SERIES_FILE = "host_series.json"
+SERIES_FORMAT = "mlperf-host-series"
 
 
 def _per_second(value: float | None, seconds: float) -> float | None:
@@ -68,15 +71,26 @@ def storage_figures(profile: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
 
 
 def host_figures(utilisations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per host (its local rank 0's figures; every rank of a host sees the same CPUs)."""
+    """One entry per host: its ranks' count, AU and samples/s, and its local rank 0's figures (every rank
+    of a host sees the same CPUs and memory)."""
     hosts: dict[str, dict[str, Any]] = {}
+    ranks: dict[str, list[Mapping[str, Any]]] = {}
     for u in utilisations:
         host = u.get("host")
-        if host is None or (host in hosts and u.get("local_rank") != 0):
+        if host is None:
+            continue
+        ranks.setdefault(host, []).append(u)
+        if host in hosts and u.get("local_rank") != 0:
             continue
         busy = u.get("host_cpu_busy")
         hosts[host] = {"host": host, "cpu_busy": busy, "cpu_saturated": busy is not None and busy >= SATURATED,
                        "client_memory": u.get("client_memory")}
+    for host, entry in hosts.items():
+        own = ranks[host]
+        walls = [float(u["wall_s"]) for u in own]
+        samples = sum(float(u.get("samples_timed", u["samples"])) for u in own)
+        entry.update({"accelerators": len(own), "au_mean": sum(float(u["au"]) for u in own) / len(own),
+                      "samples_per_s": samples / max(walls) if max(walls) > 0 else 0.0})
     return list(hosts.values())
 
 
@@ -168,6 +182,29 @@ def write_report(run_dir: Path, report: Mapping[str, Any]) -> Path:
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     tmp.replace(path)
     return path
+
+
+def write_host_series(run_dir: Path, series: Sequence[Mapping[str, Any]]) -> Path | None:
+    """host_series.json: every host's samples (storage.host.host_series), in host order; None without any."""
+    if not series:
+        return None
+    path = run_dir / SERIES_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"format": SERIES_FORMAT, "hosts": sorted(series, key=lambda s: s["host"])}) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_host_series(run_dir: Path) -> list[dict[str, Any]]:
+    """The hosts' series of a run ([] where it wrote none)."""
+    path = run_dir / SERIES_FILE
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: unreadable host series ({error})") from None
+    return list(document.get("hosts") or [])
 
 
 def read_report(run_dir: Path) -> dict[str, Any]:

@@ -46,9 +46,13 @@ class Emulation:
     checkpoint_root: str = ""  # "": <run dir>/emulated_checkpoints (a file system every rank sees)
     checkpoint_keep_last_n: int = 1
     checkpoint_flavor: str = ""  # "": the spec's reference flavor
+    # what each host saw over the run (storage.host.host_series: CPU, memory, page cache, network, the
+    # storage's counters, the loaders' reads), sampled every this many seconds by the host's local rank 0
+    # (MLPerf Storage samples every 10 s) into host_series.json; 0: off
+    host_series_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
-        require_number(self, "stdev_s", "au_threshold", "client_host_memory_in_gb", minimum=0)
+        require_number(self, "stdev_s", "au_threshold", "client_host_memory_in_gb", "host_series_interval_s", minimum=0)
         if self.seconds_per_step is not None:
             require_number(self, "seconds_per_step", minimum=0)
         require_int(self, "batch_per_accelerator", minimum=TABLE_BATCH)
