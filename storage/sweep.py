@@ -11,6 +11,16 @@ with the storage load the loaders put on the storage there.
         [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
         [--client-host-memory-in-gb G]
 
+Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.sweep_launch):
+
+    salloc -N 2 --exclusive python -m storage.sweep --launcher slurm ...      # the allocation's nodes
+    python -m storage.sweep --launcher mpi --hosts host1 host2 ...            # mpiexec over ssh
+
+the N ranks of a point spread over the hosts as mlpstorage spreads them; the headline is the
+cluster's, and sweep.md adds each host's figures and hosts/n<N>_<host>.png its series over the run
+(storage.host.host_series). --emulated-hosts R names the client hosts emulated on this machine
+(storage.host.shared_storage) that MPI reaches through storage/host/emulated_host_ssh.
+
 --client-host-memory-in-gb holds each point's ranks and loader workers on the host to G GiB of
 memory, page cache included (storage.Emulation.client_host_memory_in_gb: a memory cgroup, root), so
 the page cache holds no more of the dataset than a client host of that memory would; MLPerf Storage's
@@ -48,13 +58,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from common import registry
 from storage.compute_times import SOURCES, ComputeTimeError, lookup
+from storage.sweep_hosts import host_summaries, hosts_table, plot_host
+from storage.sweep_launch import LAUNCHERS, Launcher, LaunchError, make_launcher
 from storage.sweep_plot import bar as _bar
 from storage.sweep_plot import plot
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FORMAT = "mlperf-emulation-sweep"
 VERSION = 1
-SWEEP_FILE, TABLE_FILE, PLOT_FILE = "sweep.json", "sweep.md", "sweep.png"
+SWEEP_FILE, TABLE_FILE, PLOT_FILE, HOST_PLOTS = "sweep.json", "sweep.md", "sweep.png", "hosts"
 # the bindings the sweep sets itself at every point; the same binding from the user would be lost
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
@@ -98,6 +110,7 @@ class Point:
     run: dict[str, Any]  # run_dir, log, command, seconds, bytes_per_sample
     dlio: Figures | None = None
     dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
+    hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep_hosts.host_summaries)
 
 
 def counts(max_accelerators: int) -> list[int]:
@@ -177,13 +190,14 @@ def _gin_string(value: str | Path) -> str:
     return json.dumps(str(value))
 
 
-def point_command(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequence[Path],
-                  gin_bindings: Sequence[str], runs_root: Path, steps: int) -> list[str]:
-    """The trainer launch of one point, as users launch it: plain python for one rank, the project's
-    launcher (torchrun's agent) for more. The sweep's own bindings come last so that they win."""
-    launcher = [sys.executable] if n == 1 else \
-        [sys.executable, "-m", "common.distributed.launch", "--standalone", f"--nproc_per_node={n}"]
-    cmd = launcher + ["-m", registry.find(benchmark).train_module]
+def point_launch(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequence[Path],
+                 gin_bindings: Sequence[str], runs_root: Path, steps: int,
+                 launcher: Launcher | None = None) -> tuple[list[str], dict[str, str]]:
+    """The trainer launch of one point and what it adds to the environment: as users launch it (plain
+    python for one rank, the project's launcher for more on one host; srun or mpiexec across hosts).
+    The sweep's own bindings come last so that they win."""
+    prefix, env = (launcher or Launcher()).prefix(n, sys.executable)
+    cmd = prefix + ["-m", registry.find(benchmark).train_module]
     for config in gin_configs:
         cmd += ["--gin_config", str(config)]
     ours = [f"common.RunConfig.emulate = {_gin_string(accelerator)}",
@@ -192,7 +206,12 @@ def point_command(*, benchmark: str, accelerator: str, n: int, gin_configs: Sequ
             f"common.RunConfig.max_steps = {steps}"]
     for binding in [*gin_bindings, *ours]:
         cmd += ["--gin_bindings", binding]
-    return cmd
+    return cmd, env
+
+
+def point_command(**kwargs: Any) -> list[str]:
+    """point_launch's command alone."""
+    return point_launch(**kwargs)[0]
 
 
 def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -216,10 +235,10 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def _launch(cmd: list[str], *, log: Path, timeout_s: float | None) -> int | None:
+def _launch(cmd: list[str], *, log: Path, timeout_s: float | None, extra_env: Mapping[str, str] | None = None) -> int | None:
     """Runs `cmd` with its console in `log`; its exit status, or None when it ran past timeout_s."""
     # one intra-op thread per rank: the ranks only sleep and load, and they share the host's cores
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(extra_env or {})}
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
                                 start_new_session=True)
@@ -233,13 +252,14 @@ def _launch(cmd: list[str], *, log: Path, timeout_s: float | None) -> int | None
             raise
 
 
-def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | None) -> tuple[dict, dict[str, Any]]:
+def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | None,
+              extra_env: Mapping[str, str] | None = None) -> tuple[dict, dict[str, Any]]:
     """Runs one point; (its emulation.json, how it ran). PointFailed when it fails or times out."""
     from storage.emulation.report import read_report
 
     started = time.monotonic()
     shutil.rmtree(run_dir, ignore_errors=True)  # nothing of an earlier sweep's point may be read
-    code = _launch(cmd, log=log, timeout_s=timeout_s)
+    code = _launch(cmd, log=log, timeout_s=timeout_s, extra_env=extra_env)
     what = f"timed out after {timeout_s:.0f} s" if code is None else f"exited {code}"
     if code != 0:
         raise PointFailed(f"{run_dir.name} {what}: {shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}")
@@ -307,17 +327,22 @@ def _evict_before_training(evictions: list[dict[str, Any]]) -> Callable[[Path], 
     return hook
 
 
-def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float,
-               timeout_s: float | None) -> tuple[Figures, dict[str, Any]]:
+def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeout_s: float | None,
+               launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
     """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
     from storage.host.page_cache import PageCacheError
     from storage.dlio.export import ExportError, export
-    from storage.dlio.replay import DlioEnvError, ReplayError, replay
+    from storage.dlio.replay import DlioEnvError, MpiHosts, ReplayError, replay
 
     evictions: list[dict[str, Any]] = []
+    mpi = None
+    if launcher is not None and launcher.multi_host:  # DLIO's ranks over the same hosts, as mlpstorage places them
+        mpi = MpiHosts(hosts=tuple(f"{h}:{k}" for h, k in launcher.placement(n)),
+                       launcher_exec=launcher.launcher_exec, env=launcher.extra_env)
     try:
         export(run_dir)
-        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions))
+        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions),
+                        mpi=mpi)
     except (ExportError, ReplayError, DlioEnvError, PageCacheError) as error:
         raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
     au = float(result.replayed["au"])
@@ -391,7 +416,7 @@ def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], fail
     return {
         "format": FORMAT, "version": VERSION, **settings,
         "au_threshold": _threshold(points),
-        "points": [{**dataclasses.asdict(p.figures), "au_threshold": p.au_threshold, **p.run,
+        "points": [{**dataclasses.asdict(p.figures), "au_threshold": p.au_threshold, **p.run, "hosts": list(p.hosts),
                     "dlio": None if p.dlio is None else {**dataclasses.asdict(p.dlio), **(p.dlio_run or {})}}
                    for p in points],
         "headline": ours,
@@ -423,6 +448,11 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
     if document["headline"]["lower_bound"]:
         lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
                      "accelerators busy (raise --max-accelerators).")
+    if any(p.hosts for p in points):
+        lines += ["", f"**Per client host** ({document.get('launcher', 'standalone')} launch; asked MB/s: what the ranks "
+                      "and loader workers on the host read, mean of its samples; page cache: the client memory's where "
+                      "one is set, else the host's):", "",
+                  hosts_table([(p.figures.accelerators, p.hosts) for p in points])]
     if document["dlio_headline"] is not None:
         bound = " (every count run passed)" if document["dlio_headline"]["lower_bound"] else ""
         lines.append(f"\n**DLIO 2.0.0**: {headline_text(document['dlio_headline'], threshold)}{bound}; "
@@ -453,7 +483,23 @@ def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Po
         (out / TABLE_FILE).write_text(markdown_document(document, points))
         if points:
             plot(points, out / PLOT_FILE, title=f"{document['benchmark']} on {document['accelerator']}")
+            _plot_hosts(out, points, title=f"{document['benchmark']} on {document['accelerator']}")
     return document
+
+
+def _plot_hosts(out: Path, points: Sequence[Point], *, title: str) -> None:
+    """hosts/n<N>_<host>.png: each host's series over each point's run."""
+    from storage.emulation.report import read_host_series
+
+    for point in points:
+        try:
+            series = read_host_series(Path(point.run["run_dir"]))
+        except ValueError:
+            continue
+        for one in series:
+            (out / HOST_PLOTS).mkdir(exist_ok=True)
+            plot_host(one, out / HOST_PLOTS / f"n{point.figures.accelerators}_{one['host']}.png",
+                      title=f"{title}: {point.figures.accelerators} accelerators, host {one['host']}")
 
 
 # ---------------------------------------------------------------------------- the sweep
@@ -491,6 +537,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-host-memory-in-gb", type=float, default=None,
                         help="each host's memory for the run, page cache included (GiB, as MLPerf Storage's flag): "
                              "a memory cgroup per host (root); the 5x dataset rule is checked against it")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="standalone",
+                        help="standalone: every rank on this host (default); slurm: srun over the nodes of the "
+                             "allocation the sweep runs in; mpi: mpiexec over --hosts, as MLPerf Storage runs DLIO")
+    parser.add_argument("--hosts", nargs="+", default=[],
+                        help="--launcher mpi: the client hosts, as mlpstorage's --hosts (names, optionally host:slots)")
+    parser.add_argument("--mpiexec", default=None,
+                        help="--launcher mpi: the MPI launcher (default: mpiexec on PATH, else the DLIO env's)")
+    parser.add_argument("--emulated-hosts", type=Path, default=None,
+                        help="the root of client hosts emulated on this machine (storage.host.shared_storage up's "
+                             "--work): MPI reaches them with storage/host/emulated_host_ssh instead of ssh")
+    parser.add_argument("--master-addr", default=None,
+                        help="where rank 0 listens (default: the first host's address)")
     parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
@@ -529,6 +587,16 @@ def check_arguments(args: argparse.Namespace) -> None:
                 from None
     if args.dlio_work_dir is not None and not args.dlio:
         raise SweepError("--dlio-work-dir is only used with --dlio")
+    try:
+        args.launch = make_launcher(args.launcher, hosts=args.hosts, mpiexec=args.mpiexec,
+                                    emulated_hosts=args.emulated_hosts.resolve() if args.emulated_hosts else None,
+                                    master_addr=args.master_addr)
+    except LaunchError as error:
+        raise SweepError(str(error)) from None
+    if args.launch.multi_host:
+        slots = sum(k for _, k in args.launch.placement(args.max_accelerators))
+        if slots < args.max_accelerators:
+            raise SweepError(f"--max-accelerators {args.max_accelerators}: the hosts have {slots} slots")
 
 
 def output_folder(args: argparse.Namespace) -> Path:
@@ -553,6 +621,7 @@ class Sweep:
         if args.compute_times != "storage":
             self.gin_bindings.append(f"{COMPUTE_TIMES_BINDING} = {_gin_string(args.compute_times)}")
         self.dlio_root: Path | None = None
+        self.launcher: Launcher = getattr(args, "launch", None) or Launcher()
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def settings(self) -> dict[str, Any]:
@@ -561,31 +630,45 @@ class Sweep:
                 "max_accelerators": a.max_accelerators,
                 "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": self.gin_bindings,
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
+                "launcher": self.launcher.kind, "hosts": self.launcher.host_names() or None,
                 "dlio": a.dlio, "out": str(self.out), "created": self.created}
 
     def measure(self, n: int) -> Point:
         a = self.args
-        cmd = point_command(benchmark=a.benchmark, accelerator=a.accelerator, n=n, gin_configs=self.gin_configs,
-                            gin_bindings=self.gin_bindings, runs_root=self.out / "runs", steps=a.steps)
+        cmd, env = point_launch(benchmark=a.benchmark, accelerator=a.accelerator, n=n, gin_configs=self.gin_configs,
+                                gin_bindings=self.gin_bindings, runs_root=self.out / "runs", steps=a.steps,
+                                launcher=self.launcher)
         run_dir, log = self.out / "runs" / a.benchmark / f"n{n}", self.out / "runs" / f"n{n}.log"
-        print(f"[sweep] {n} x {a.accelerator}: {shlex.join(cmd)}", flush=True)
-        report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s)
+        placed = ", ".join(f"{h}: {k}" for h, k in self.launcher.placement(n)) if self.launcher.multi_host else ""
+        print(f"[sweep] {n} x {a.accelerator}{f' ({placed})' if placed else ''}: {shlex.join(cmd)}", flush=True)
+        report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s, extra_env=env)
         figures = figures_of_report(report)
+        hosts = tuple(host_summaries(report, _host_series(run_dir)))
         print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
               f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, client CPU {_cpu(figures)}, {run['seconds']:.0f} s",
               flush=True)
-        return Point(figures=figures, au_threshold=float(report["au_threshold"]), run=run)
+        return Point(figures=figures, au_threshold=float(report["au_threshold"]), run=run, hosts=hosts)
 
     def with_dlio(self, point: Point, n: int) -> Point:
         run_dir = Path(point.run["run_dir"])
         if self.dlio_root is None:
             self.dlio_root = dlio_work_root(self.args.dlio_work_dir, out=self.out, dataset=dataset_root(run_dir))
         figures, details = dlio_point(run_dir, n=n, work=self.dlio_root / f"n{n}", au_threshold=point.au_threshold,
-                                      timeout_s=self.args.timeout_s)
+                                      timeout_s=self.args.timeout_s, launcher=self.launcher)
         print(f"[sweep] {n} x DLIO 2.0.0: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
         return dataclasses.replace(point, dlio=figures, dlio_run=details)
+
+
+def _host_series(run_dir: Path) -> list[dict[str, Any]]:
+    from storage.emulation.report import read_host_series
+
+    try:
+        return read_host_series(run_dir)
+    except ValueError as error:
+        print(f"[sweep] warning: {error}", flush=True)
+        return []
 
 
 def run_sweep(args: argparse.Namespace) -> int:

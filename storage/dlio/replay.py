@@ -253,7 +253,7 @@ def _hydra_value(path: Path) -> str:
 
 
 def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, data: Path, out: Path,
-                  generate: bool) -> list[str]:
+                  generate: bool, mpi: MpiHosts | None = None) -> list[str]:
     # `python -m` rather than the dlio_benchmark script: its shebang breaks in long paths; training
     # runs the same main through counted_dlio.py, which only adds each rank's count of its reads
     main = ["-m", "dlio_benchmark.main"] if generate else [str(COUNTED_DLIO)]
@@ -263,9 +263,24 @@ def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, da
            f"++workload.workflow.generate_data={generate}", f"++workload.workflow.train={not generate}",
            # the measured totals cover training steps only; a checkpoint would also write outside WORK_DIR
            "++workload.workflow.checkpoint=False", "++workload.workflow.evaluation=False"]
+    if mpi is not None:  # over the client hosts, as mlpstorage runs DLIO: mpiexec -n N -hosts h1:s1,...
+        prefix = [str(python.parent / "mpiexec"), "-n", str(world_size), "-hosts", ",".join(mpi.hosts)]
+        if mpi.launcher_exec:
+            prefix += ["-launcher", "ssh", "-launcher-exec", mpi.launcher_exec]
+        return prefix + cmd
     if world_size > 1:  # one rank runs as an MPI singleton, no launcher needed
         cmd = [str(python.parent / "mpiexec"), "-n", str(world_size)] + cmd
     return cmd
+
+
+@dataclasses.dataclass(frozen=True)
+class MpiHosts:
+    """Where DLIO's training ranks run: `hosts` as mpiexec takes them ("n1:2"), reached with ssh or
+    `launcher_exec`; `env` is added to the launch's environment (e.g. the emulated hosts' root)."""
+
+    hosts: tuple[str, ...]
+    launcher_exec: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _dlio_env(python: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -368,7 +383,7 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
            timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
-           dlio: str = "2.0.0") -> ReplayResult:
+           dlio: str = "2.0.0", mpi: MpiHosts | None = None) -> ReplayResult:
     """Generates the workload's data with DLIO 2.0.0 (`dlio="3.0"`: 3.0.x), runs its training emulation
     with the profile's world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json
     (replay_result_dlio3.json).
@@ -397,7 +412,7 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     label = DLIO_LABEL[dlio]
     gen_limit, train_limit = (timeout_s, timeout_s) if timeout_s else _timeouts(workload)
     commands = {"generate": _dlio_command(python, world, dlio_config, name, data, gen_out, True),
-                "train": _dlio_command(python, world, dlio_config, name, data, train_out, False)}
+                "train": _dlio_command(python, world, dlio_config, name, data, train_out, False, mpi)}
     seconds: dict[str, float] = {}
     io: dict[str, dict[str, int] | None] = {}
     try:
@@ -411,7 +426,7 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
         print(f"[replay] {label} runs {name}'s training emulation ({world} rank(s))", flush=True)
         seconds["train"], io["train"] = _run_dlio(commands["train"], python=python, log=work / "train.log", cwd=work,
                                                   timeout_s=train_limit, what="training emulation",
-                                                  extra_env=dlio_extra_env,
+                                                  extra_env={**(dlio_extra_env or {}), **dict(mpi.env if mpi else ())},
                                                   reads_dir=train_out / TRAINING_READS_DIR, ranks=world)
     finally:
         if not keep_data:

@@ -364,7 +364,7 @@ def test_a_flux_sweep_with_dlio_replays_each_count_cold(dlio_env, flux_data_root
 def test_the_client_memory_flag_reaches_every_point_and_the_sweep_records_it(tmp_path, monkeypatch):
     commands = []
 
-    def fake_point(cmd, *, run_dir, log, timeout_s):
+    def fake_point(cmd, *, run_dir, log, timeout_s, extra_env=None):
         commands.append(cmd)
         n = len(commands)
         report = {"accelerators": n, "au": {"mean": 0.95 if n == 1 else 0.5, "min": 0.5}, "passed": n == 1,
@@ -393,7 +393,7 @@ def test_the_client_memory_flag_reaches_every_point_and_the_sweep_records_it(tmp
 def test_compute_times_training_reaches_every_point_and_the_sweep_records_it(tmp_path, monkeypatch):
     commands = []
 
-    def fake_point(cmd, *, run_dir, log, timeout_s):
+    def fake_point(cmd, *, run_dir, log, timeout_s, extra_env=None):
         commands.append(cmd)
         n = len(commands)
         report = {"accelerators": n, "au": {"mean": 0.5, "min": 0.5}, "passed": False, "au_threshold": 0.9,

@@ -1,0 +1,107 @@
+"""The sweep per client host: each point's hosts (accelerators, AU, samples/s, what each read, its
+CPU and page cache), as a table, and a plot per host of what it saw over the point's run.
+
+A point's per-host figures come from its emulation.json (`hosts`: ranks, AU, samples/s, CPU) and its
+host_series.json (storage.host.host_series: rates over time). `hosts_table` puts them in sweep.md;
+`plot_host` draws one host's series (CPU, memory and page cache, network, storage reads, the loaders'
+asks) so that a team sees which host, and which of its resources, ran out first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+SERIES_RATES = ("asked_mb_s", "fuse_mb_s", "net_rx_mb_s", "block_read_mb_s", "nfs_read_mb_s", "lustre_read_mb_s")
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def _peak(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return max(kept) if kept else None
+
+
+def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per host of a point: emulation.json's figures and the means and peaks of its series
+    (rates averaged over the samples that saw the run reading: those after the first)."""
+    by_host = {s["host"]: s for s in series}
+    out = []
+    for host in report.get("hosts") or []:
+        samples = list((by_host.get(host["host"]) or {}).get("samples") or [])
+        timed = samples[1:] or samples
+        cache = [s.get("client_page_cache_bytes", s.get("page_cache_bytes")) for s in samples]
+        out.append({"host": host["host"], "accelerators": host.get("accelerators"), "au_mean": host.get("au_mean"),
+                    "samples_per_s": host.get("samples_per_s"), "cpu_busy": host.get("cpu_busy"),
+                    "cpu_saturated": host.get("cpu_saturated"),
+                    **{f"mean_{k}": _mean([s.get(k) for s in timed]) for k in SERIES_RATES},
+                    "peak_cpu_busy": _peak([s.get("cpu_busy") for s in samples]),
+                    "peak_page_cache_bytes": _peak(cache), "samples": len(samples),
+                    "totals": (by_host.get(host["host"]) or {}).get("totals") or {}})
+    return out
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def hosts_table(rows: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> str:
+    """Markdown: one row per (point, host); `rows` is (accelerators, host_summaries) per point."""
+    header = ["accelerators", "host", "on host", "AU mean", "samples/s", "asked MB/s", "FUSE MB/s", "NFS MB/s",
+              "block MB/s", "net rx MB/s", "CPU (timed)", "CPU peak", "page cache peak MB"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    for n, hosts in rows:
+        for h in hosts:
+            cpu = _fmt(h["cpu_busy"], ".0%") + (" (saturated)" if h.get("cpu_saturated") else "")
+            cache = h["peak_page_cache_bytes"]
+            lines.append("| " + " | ".join([
+                str(n), h["host"], str(h["accelerators"]), _fmt(h["au_mean"], ".1%"),
+                _fmt(h["samples_per_s"], ",.1f"), _fmt(h["mean_asked_mb_s"], ",.2f"),
+                _fmt(h["mean_fuse_mb_s"], ",.2f"), _fmt(h["mean_nfs_read_mb_s"], ",.2f"),
+                _fmt(h["mean_block_read_mb_s"], ",.2f"), _fmt(h["mean_net_rx_mb_s"], ",.2f"), cpu,
+                _fmt(h["peak_cpu_busy"], ".0%"),
+                _fmt(None if cache is None else cache / 1e6, ",.1f")]) + " |")
+    return "\n".join(lines)
+
+
+def plot_host(series: Mapping[str, Any], path: Path, *, title: str) -> None:
+    """One host's series against time: CPU; memory and page cache; network; storage reads and asks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = list(series.get("samples") or [])
+    t = [s["t_s"] for s in samples]
+    fig, axes = plt.subplots(4, 1, figsize=(7, 8), sharex=True, layout="constrained")
+    cpu, memory, network, reads = axes
+    cpu.plot(t, [None if s.get("cpu_busy") is None else s["cpu_busy"] * 100 for s in samples], "k.-")
+    cpu.set_ylabel("CPU busy %")
+    cpu.set_ylim(0, 105)
+    for key, label in (("mem_used_bytes", "host memory used"), ("page_cache_bytes", "host page cache"),
+                       ("client_memory_bytes", "client memory (cgroup)"),
+                       ("client_page_cache_bytes", "client page cache (cgroup)")):
+        values = [s.get(key) for s in samples]
+        if any(v is not None for v in values):
+            memory.plot(t, [None if v is None else v / 1e6 for v in values], ".-", label=label)
+    memory.set_ylabel("MB")
+    memory.legend(fontsize=7)
+    for key, label in (("net_rx_mb_s", "received"), ("net_tx_mb_s", "sent")):
+        network.plot(t, [s.get(key) for s in samples], ".-", label=label)
+    network.set_ylabel("network MB/s")
+    network.legend(fontsize=7)
+    for key, label in (("asked_mb_s", "loaders' reads (rchar)"), ("fuse_mb_s", "FUSE daemons (from the storage)"),
+                       ("block_read_mb_s", "block devices"),
+                       ("nfs_read_mb_s", "NFS from server"), ("lustre_read_mb_s", "Lustre")):
+        values = [s.get(key) for s in samples]
+        if any(v is not None for v in values):
+            reads.plot(t, values, ".-", label=label)
+    reads.set_ylabel("read MB/s")
+    reads.set_xlabel(f"seconds (a sample every {series.get('interval_s', 0):g} s)")
+    reads.legend(fontsize=7)
+    cpu.set_title(title, fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
