@@ -449,8 +449,9 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
         lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
                      "accelerators busy (raise --max-accelerators).")
     if any(p.hosts for p in points):
-        lines += ["", f"**Per client host** ({document.get('launcher', 'standalone')} launch; asked MB/s: what the ranks "
-                      "and loader workers on the host read, mean of its samples; page cache: the client memory's where "
+        lines += ["", f"**Per client host** ({document.get('launcher', 'standalone')} launch; asked MB/s: what the "
+                      "host's loaders asked for (load profile); FUSE, NFS, block: what the host's storage clients "
+                      "fetched, mean of its samples (storage.host.host_series); page cache: the client memory's where "
                       "one is set, else the host's):", "",
                   hosts_table([(p.figures.accelerators, p.hosts) for p in points])]
     if document["dlio_headline"] is not None:
@@ -643,7 +644,7 @@ class Sweep:
         print(f"[sweep] {n} x {a.accelerator}{f' ({placed})' if placed else ''}: {shlex.join(cmd)}", flush=True)
         report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s, extra_env=env)
         figures = figures_of_report(report)
-        hosts = tuple(host_summaries(report, _host_series(run_dir)))
+        hosts = tuple(host_summaries(report, _host_series(run_dir), _load_profile(run_dir)))
         print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
               f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, client CPU {_cpu(figures)}, {run['seconds']:.0f} s",
@@ -659,6 +660,15 @@ class Sweep:
         print(f"[sweep] {n} x DLIO 2.0.0: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
         return dataclasses.replace(point, dlio=figures, dlio_run=details)
+
+
+def _load_profile(run_dir: Path) -> dict[str, Any] | None:
+    from storage.load_profile.session import PROFILE_FILE
+
+    try:
+        return json.loads((run_dir / PROFILE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _host_series(run_dir: Path) -> list[dict[str, Any]]:

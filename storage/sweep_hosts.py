@@ -25,9 +25,21 @@ def _peak(values: Sequence[float | None]) -> float | None:
     return max(kept) if kept else None
 
 
-def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One dict per host of a point: emulation.json's figures and the means and peaks of its series
-    (rates averaged over the samples that saw the run reading: those after the first)."""
+def _loader_mb_per_s(profile: Mapping[str, Any] | None, ranks: Sequence[int]) -> float | None:
+    """What the loaders of these ranks asked for (the load profile's samples x bytes per sample), per second."""
+    entries = {r.get("rank"): r for r in (profile or {}).get("ranks") or []}
+    own = [entries[r] for r in ranks if r in entries]
+    if not own or any(r.get("bytes_per_sample") is None for r in own):
+        return None
+    wall = max(float(r["wall_s"]) for r in own)
+    return sum(float(r["samples"]) * float(r["bytes_per_sample"]) for r in own) / wall / 1e6 if wall > 0 else None
+
+
+def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]],
+                   profile: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One dict per host of a point: emulation.json's figures, what its loaders asked for (the load
+    profile's ranks), and the means and peaks of its series (rates averaged over the samples that
+    saw the run reading: those after the first)."""
     by_host = {s["host"]: s for s in series}
     out = []
     for host in report.get("hosts") or []:
@@ -36,6 +48,7 @@ def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]
         cache = [s.get("client_page_cache_bytes", s.get("page_cache_bytes")) for s in samples]
         out.append({"host": host["host"], "accelerators": host.get("accelerators"), "au_mean": host.get("au_mean"),
                     "samples_per_s": host.get("samples_per_s"), "cpu_busy": host.get("cpu_busy"),
+                    "loader_mb_s": _loader_mb_per_s(profile, host.get("ranks") or []),
                     "cpu_saturated": host.get("cpu_saturated"),
                     **{f"mean_{k}": _mean([s.get(k) for s in timed]) for k in SERIES_RATES},
                     "peak_cpu_busy": _peak([s.get("cpu_busy") for s in samples]),
@@ -59,7 +72,7 @@ def hosts_table(rows: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> str:
             cache = h["peak_page_cache_bytes"]
             lines.append("| " + " | ".join([
                 str(n), h["host"], str(h["accelerators"]), _fmt(h["au_mean"], ".1%"),
-                _fmt(h["samples_per_s"], ",.1f"), _fmt(h["mean_asked_mb_s"], ",.2f"),
+                _fmt(h["samples_per_s"], ",.1f"), _fmt(h.get("loader_mb_s"), ",.2f"),
                 _fmt(h["mean_fuse_mb_s"], ",.2f"), _fmt(h["mean_nfs_read_mb_s"], ",.2f"),
                 _fmt(h["mean_block_read_mb_s"], ",.2f"), _fmt(h["mean_net_rx_mb_s"], ",.2f"), cpu,
                 _fmt(h["peak_cpu_busy"], ".0%"),
@@ -87,7 +100,8 @@ def plot_host(series: Mapping[str, Any], path: Path, *, title: str) -> None:
         values = [s.get(key) for s in samples]
         if any(v is not None for v in values):
             memory.plot(t, [None if v is None else v / 1e6 for v in values], ".-", label=label)
-    memory.set_ylabel("MB")
+    memory.set_ylabel("MB (log)")
+    memory.set_yscale("log")  # a client memory of a few hundred MB beside a host's hundreds of GB
     memory.legend(fontsize=7)
     for key, label in (("net_rx_mb_s", "received"), ("net_tx_mb_s", "sent")):
         network.plot(t, [s.get(key) for s in samples], ".-", label=label)

@@ -8,7 +8,7 @@
      "bytes_per_sample": {logical, unique, process (the kernel's read_bytes of the loaders), device},
      "cold": {...the page-cache eviction}, "memory": {dataset_bytes, host_memory_bytes (the client
      host memory's limit where one held), memory_checked, warning, proactive_reclaim},
-     "hosts": [{host, accelerators (its ranks), au_mean (theirs), samples_per_s (theirs),
+     "hosts": [{host, accelerators (its ranks' count), ranks, au_mean (theirs), samples_per_s (theirs),
                 cpu_busy (the host's CPUs over the timed steps, 0-1), cpu_saturated,
                 client_memory: {client_host_memory_in_gb, applied, reason, cgroup, limit_bytes,
                 cache_bytes (the page cache it held at the end), peak_bytes, rss_bytes, oom_kills}}],
@@ -75,11 +75,11 @@ def host_figures(utilisations: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     of a host sees the same CPUs and memory)."""
     hosts: dict[str, dict[str, Any]] = {}
     ranks: dict[str, list[Mapping[str, Any]]] = {}
-    for u in utilisations:
+    for rank, u in enumerate(utilisations):  # gathered in rank order
         host = u.get("host")
         if host is None:
             continue
-        ranks.setdefault(host, []).append(u)
+        ranks.setdefault(host, []).append({**u, "rank": rank})
         if host in hosts and u.get("local_rank") != 0:
             continue
         busy = u.get("host_cpu_busy")
@@ -89,7 +89,7 @@ def host_figures(utilisations: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         own = ranks[host]
         walls = [float(u["wall_s"]) for u in own]
         samples = sum(float(u.get("samples_timed", u["samples"])) for u in own)
-        entry.update({"accelerators": len(own), "au_mean": sum(float(u["au"]) for u in own) / len(own),
+        entry.update({"accelerators": len(own), "ranks": [u["rank"] for u in own], "au_mean": sum(float(u["au"]) for u in own) / len(own),
                       "samples_per_s": samples / max(walls) if max(walls) > 0 else 0.0})
     return list(hosts.values())
 

@@ -134,8 +134,9 @@ def process_tree(roots: Iterable[int]) -> set[int]:
 
 
 class ProcessReads:
-    """The bytes the descendants of the run's ranks (their loader workers) read: what each has read so
-    far, kept after it exits."""
+    """The bytes the descendants of the run's ranks (their loader workers) read: what each had read at
+    the last sample, kept after it exits (what it read after that sample is lost; loader workers
+    live for the run)."""
 
     def __init__(self, roots: Callable[[], Iterable[int]]) -> None:
         self.roots = roots

@@ -41,6 +41,8 @@ STATE_FILE = "shared_storage.json"
 TOOLS = {"sshd": "openssh-server", "ssh-keygen": "openssh-client", "sshfs": "sshfs", "tc": "iproute2",
          "nsenter": "util-linux", "unshare": "util-linux"}
 TC_HANDLE, TC_CLASS = "1:", "1:10"
+# which shared storage holds lo's limit: a killed one's is taken down by the next `up`, not refused
+LINK_OWNER = Path("/run/mlperf-shared-storage.link")
 
 
 class SharedStorageError(RuntimeError):
@@ -189,16 +191,35 @@ class SharedStorage:
                 time.sleep(0.05)
         raise SharedStorageError(f"sshd did not listen on {ADDRESS}:{self.port} within 10 s; see {self.work / 'sshd.log'}")
 
+    def _reap_left_link(self) -> None:
+        """Takes down the shared storage that holds lo's limit when its sshd is gone (a killed run's)."""
+        try:
+            owner = Path(LINK_OWNER.read_text().strip())
+        except OSError:
+            return
+        left = SharedStorage.load(owner) if owner != self.work else None
+        if left is None or (left.sshd_pid and Path(f"/proc/{left.sshd_pid}/cmdline").exists()
+                            and b"sshd" in Path(f"/proc/{left.sshd_pid}/cmdline").read_bytes()):
+            return
+        print(f"[shared-storage] taking down what a killed shared storage left in {owner}", file=sys.stderr, flush=True)
+        left.down()
+
     def _limit_link(self) -> None:
+        self._reap_left_link()
         current = _lo_root_qdisc()
         if current and not current.startswith("qdisc noqueue"):
+            try:
+                owner = f"python -m storage.host.shared_storage down --work {LINK_OWNER.read_text().strip()}"
+            except OSError:
+                owner = "tc qdisc del dev lo root, if nothing else needs it"
             raise SharedStorageError(f"lo already has a root queueing discipline ({current}): another shared storage is "
-                                     "up, or something else shapes loopback traffic; take it down first")
+                                     f"up, or something else shapes loopback traffic; take it down first ({owner})")
         bits = int(self.read_mb_s * 8e6)
         # lo's MTU is 64 KiB: a bucket under a few packets would hold large segments back for ever
         burst = max(256 << 10, int(self.read_mb_s * 1e6 / 50))
         _run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", TC_HANDLE, "htb"], "shaping lo (tc htb)")
         self.tc_installed = True
+        LINK_OWNER.write_text(f"{self.work}\n")
         _run(["tc", "class", "add", "dev", "lo", "parent", TC_HANDLE, "classid", TC_CLASS, "htb", "rate", f"{bits}bit",
               "ceil", f"{bits}bit", "burst", str(burst), "cburst", str(burst), "quantum", "65536"], "limiting the link")
         _run(["tc", "filter", "add", "dev", "lo", "parent", TC_HANDLE, "protocol", "ip", "prio", "1", "u32",
@@ -241,6 +262,11 @@ class SharedStorage:
                 proc = subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True, text=True)
                 if proc.returncode != 0:
                     problems.append(f"removing the link limit: {proc.stderr.strip()}")
+            try:
+                if Path(LINK_OWNER.read_text().strip()) == self.work:
+                    LINK_OWNER.unlink()
+            except OSError:
+                pass
             self.tc_installed = False
         if emulated.ns_dir.exists():
             problems += emulated.remove()
