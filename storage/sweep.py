@@ -592,12 +592,10 @@ def check_arguments(args: argparse.Namespace) -> None:
         args.launch = make_launcher(args.launcher, hosts=args.hosts, mpiexec=args.mpiexec,
                                     emulated_hosts=args.emulated_hosts.resolve() if args.emulated_hosts else None,
                                     master_addr=args.master_addr)
+        args.launch.placement(args.max_accelerators)  # slots given in --hosts must hold the last count
     except LaunchError as error:
-        raise SweepError(str(error)) from None
-    if args.launch.multi_host:
-        slots = sum(k for _, k in args.launch.placement(args.max_accelerators))
-        if slots < args.max_accelerators:
-            raise SweepError(f"--max-accelerators {args.max_accelerators}: the hosts have {slots} slots")
+        raise SweepError(f"{error} (--max-accelerators {args.max_accelerators})" if "slots" in str(error)
+                         else str(error)) from None
 
 
 def output_folder(args: argparse.Namespace) -> Path:

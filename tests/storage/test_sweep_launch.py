@@ -64,3 +64,14 @@ def test_flags_that_cannot_work_are_refused(monkeypatch, tmp_path):
         make_launcher("mpi", hosts=[], mpiexec="/x", emulated_hosts=None, master_addr=None)
     with pytest.raises(LaunchError, match="--emulated-hosts .*no emulated hosts"):
         make_launcher("mpi", hosts=["a"], mpiexec="/x", emulated_hosts=Path(tmp_path), master_addr=None)
+
+
+def test_the_sweep_refuses_hosts_with_too_few_slots_for_its_last_count(tmp_path, capsys):
+    from storage.sweep import main
+
+    gin = tmp_path / "a.gin"
+    gin.write_text("")
+    assert main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out", str(tmp_path / "o"),
+                 "--launcher", "mpi", "--mpiexec", "/bin/true", "--hosts", "a:2", "b:2", "--max-accelerators", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "4 slots in all, too few for 8" in err and "--max-accelerators 8" in err and len(err.splitlines()) == 1
