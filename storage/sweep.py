@@ -450,7 +450,7 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
                      "accelerators busy (raise --max-accelerators).")
     if any(p.hosts for p in points):
         lines += ["", f"**Per client host** ({document.get('launcher', 'standalone')} launch; asked MB/s: what the "
-                      "host's loaders asked for (load profile); FUSE, NFS, block: what the host's storage clients "
+                      "host's loaders asked for, read IOPS their read calls (load profile); FUSE, NFS, block: what the host's storage clients "
                       "fetched, mean of its samples (storage.host.host_series); page cache: the client memory's where "
                       "one is set, else the host's):", "",
                   hosts_table([(p.figures.accelerators, p.hosts) for p in points])]

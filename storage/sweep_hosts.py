@@ -35,6 +35,12 @@ def _loader_mb_per_s(profile: Mapping[str, Any] | None, ranks: Sequence[int]) ->
     return sum(float(r["samples"]) * float(r["bytes_per_sample"]) for r in own) / wall / 1e6 if wall > 0 else None
 
 
+def _reads_per_sample(profile: Mapping[str, Any] | None) -> float | None:
+    """The loaders' read calls per sample read (the load profile counts them over every rank alike)."""
+    reads, records = ((profile or {}).get("reads") or {}).get("count"), ((profile or {}).get("records") or {}).get("count")
+    return reads / records if reads is not None and records else None
+
+
 def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]],
                    profile: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """One dict per host of a point: emulation.json's figures, what its loaders asked for (the load
@@ -49,6 +55,7 @@ def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]
         out.append({"host": host["host"], "accelerators": host.get("accelerators"), "au_mean": host.get("au_mean"),
                     "samples_per_s": host.get("samples_per_s"), "cpu_busy": host.get("cpu_busy"),
                     "loader_mb_s": _loader_mb_per_s(profile, host.get("ranks") or []),
+                    "read_iops": _iops(host.get("samples_per_s"), _reads_per_sample(profile)),
                     "cpu_saturated": host.get("cpu_saturated"),
                     **{f"mean_{k}": _mean([s.get(k) for s in timed]) for k in SERIES_RATES},
                     "peak_cpu_busy": _peak([s.get("cpu_busy") for s in samples]),
@@ -57,13 +64,17 @@ def host_summaries(report: Mapping[str, Any], series: Sequence[Mapping[str, Any]
     return out
 
 
+def _iops(samples_per_s: float | None, reads_per_sample: float | None) -> float | None:
+    return None if samples_per_s is None or reads_per_sample is None else samples_per_s * reads_per_sample
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
 def hosts_table(rows: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> str:
     """Markdown: one row per (point, host); `rows` is (accelerators, host_summaries) per point."""
-    header = ["accelerators", "host", "on host", "AU mean", "samples/s", "asked MB/s", "FUSE MB/s", "NFS MB/s",
+    header = ["accelerators", "host", "on host", "AU mean", "samples/s", "asked MB/s", "read IOPS", "FUSE MB/s", "NFS MB/s",
               "block MB/s", "net rx MB/s", "CPU (timed)", "CPU peak", "page cache peak MB"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for n, hosts in rows:
@@ -72,7 +83,7 @@ def hosts_table(rows: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> str:
             cache = h["peak_page_cache_bytes"]
             lines.append("| " + " | ".join([
                 str(n), h["host"], str(h["accelerators"]), _fmt(h["au_mean"], ".1%"),
-                _fmt(h["samples_per_s"], ",.1f"), _fmt(h.get("loader_mb_s"), ",.2f"),
+                _fmt(h["samples_per_s"], ",.1f"), _fmt(h.get("loader_mb_s"), ",.2f"), _fmt(h.get("read_iops"), ",.0f"),
                 _fmt(h["mean_fuse_mb_s"], ",.2f"), _fmt(h["mean_nfs_read_mb_s"], ",.2f"),
                 _fmt(h["mean_block_read_mb_s"], ",.2f"), _fmt(h["mean_net_rx_mb_s"], ",.2f"), cpu,
                 _fmt(h["peak_cpu_busy"], ".0%"),

@@ -95,7 +95,7 @@ def _check(out: Path, log: str) -> None:
         assert sorted(hosts) == list(HOSTS), hosts
         assert sum(h["accelerators"] for h in hosts.values()) == count
         for host in hosts.values():
-            assert host["totals"]["fuse_read_bytes"] > 0.5e6, host
+            assert host["totals"]["fuse_read_bytes"] > 0.5e6 and host["loader_mb_s"] > 0 and host["read_iops"] > 0, host
             assert 0 < host["peak_page_cache_bytes"] <= CLIENT_MEMORY_GIB * (1 << 30), host
     report = json.loads((out / "runs" / "flux" / f"n{n}" / "emulation.json").read_text())
     assert all(h["client_memory"]["applied"] for h in report["hosts"]), report["hosts"]
