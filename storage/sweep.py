@@ -83,6 +83,18 @@ class PointFailed(SweepError):
     """A point that did not produce its figures: the command and the tail of its log follow."""
 
 
+class Terminated(BaseException):
+    """SIGTERM (timeout, kill, a job's end): the running point's launch is ended on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
 # ---------------------------------------------------------------------------- figures and rules
 
 @dataclasses.dataclass(frozen=True)
@@ -717,12 +729,21 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # a point's launch has a session of its own (so that it can be ended as a whole); a SIGTERM to the
+    # sweep alone must end it too, not leave its ranks (on this host or others) running
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         check_arguments(args)
         return run_sweep(args)  # reports a failed point itself (exit 1)
     except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Terminated as stop:
+        print(f"[sweep] stopped by signal {stop.signum}: the running point was ended; the points measured before "
+              "it are in sweep.json", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

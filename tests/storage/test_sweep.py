@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -409,3 +412,53 @@ def test_compute_times_training_reaches_every_point_and_the_sweep_records_it(tmp
     assert len(commands) == 1
     assert commands[0][commands[0].index('storage.Emulation.compute_times = "training"') - 1] == "--gin_bindings"
     assert json.loads((out / "sweep.json").read_text())["compute_times"] == "training"
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_sigterm_to_the_sweep_alone_ends_its_running_point(flux_data_root, tmp_path):
+    """As `timeout` stops it: only the sweep gets the signal; the point's launch (a session of its own)
+    and its ranks must end with it, and the sweep says so and exits 128 + 15."""
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "storage.sweep", "--benchmark", "flux", "--accelerator", "b200",
+           "--gin_config", str(REPO / "flux" / "configs" / "debug.gin"), "--max-accelerators", "2", "--steps", "2000",
+           "--out", str(out)]
+    for binding in [f'flux.DataConfig.data_root = "{flux_data_root}"', 'flux.DataConfig.dataset = "synthetic-tiny-seed0"',
+                    'flux.TrainConfig.flavor = "flux-tiny"', "storage.Emulation.batch_per_accelerator = 8",
+                    "storage.Emulation.seconds_per_step = 0.05", "common.RunConfig.check_compliance = False"]:
+        cmd += ["--gin_bindings", binding]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = out / "runs" / "n1.log"
+        deadline = time.monotonic() + 120
+        while not (log.is_file() and "[schedule]" in log.read_text(errors="replace")):  # the point is training
+            assert proc.poll() is None and time.monotonic() < deadline, "the first point did not start"
+            time.sleep(0.5)
+        assert _processes_naming(str(out / "runs"))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "stopped by signal 15: the running point was ended" in err
+        deadline = time.monotonic() + 20
+        while _processes_naming(str(out / "runs")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _processes_naming(str(out / "runs"))
+    finally:  # what a failing run left must not outlive the test
+        proc.kill()
+        for pid in _processes_naming(str(out / "runs")):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
