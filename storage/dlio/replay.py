@@ -381,6 +381,30 @@ def _read_dlio_output(out: Path) -> tuple[dict[str, float], int]:
     return figures, steps
 
 
+def trained_result(*, profile: dict[str, Any], workload: str, dataset_format: str, world: int, train_out: Path,
+                   batch: int, sample_bytes: float, io: dict[str, dict[str, int] | None], seconds: dict[str, float],
+                   commands: dict[str, list[str]], result_path: Path, dlio: str) -> ReplayResult:
+    """A finished DLIO training run (its output in `train_out`) beside what the run measured: the
+    replayed MB/s counts the bytes DLIO's ranks read per sample where they were counted, else the
+    bytes a sample costs on disk."""
+    figures, steps = _read_dlio_output(train_out)
+    trained = steps * batch * world
+    read = (io.get("train") or {}).get("training_rchar")
+    read_per_sample = read / trained if read is not None and trained else None
+    totals = profile["totals"]
+    return ReplayResult(
+        benchmark=str(profile.get("benchmark")), workload=workload, dataset_format=dataset_format, world_size=world,
+        measured={"samples_per_s": float(totals["samples_per_s"]), "mb_per_s": float(totals["mb_per_s"]),
+                  "au": float(totals["au"])},
+        replayed={"samples_per_s": figures["samples_per_s"],
+                  "mb_per_s": figures["samples_per_s"] * (read_per_sample or sample_bytes) / 1e6, "au": figures["au"]},
+        bytes_per_sample=sample_bytes, read_per_sample=read_per_sample, process_reads=io,
+        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
+        seconds={k: round(v, 2) for k, v in seconds.items()},
+        commands={k: shlex.join(v) for k, v in commands.items()},
+        result_path=result_path, dlio=dlio)
+
+
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
            timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
            dlio: str = "2.0.0", mpi: MpiHosts | None = None) -> ReplayResult:
@@ -431,23 +455,10 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)
-    figures, steps = _read_dlio_output(train_out)
-    batch = int(workload.get("reader", {}).get("batch_size", 1))
-    trained = steps * batch * world
-    read = (io["train"] or {}).get("training_rchar")
-    read_per_sample = read / trained if read is not None and trained else None
-    totals = profile["totals"]
-    result = ReplayResult(
-        benchmark=str(profile.get("benchmark")), workload=name, dataset_format=fmt, world_size=world,
-        measured={"samples_per_s": float(totals["samples_per_s"]), "mb_per_s": float(totals["mb_per_s"]),
-                  "au": float(totals["au"])},
-        replayed={"samples_per_s": figures["samples_per_s"],
-                  "mb_per_s": figures["samples_per_s"] * (read_per_sample or sample_bytes) / 1e6, "au": figures["au"]},
-        bytes_per_sample=sample_bytes, read_per_sample=read_per_sample, process_reads=io,
-        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
-        seconds={k: round(v, 2) for k, v in seconds.items()},
-        commands={k: shlex.join(v) for k, v in commands.items()},
-        result_path=run_dir / EXPORT_DIR / result_name(dlio), dlio=dlio)
+    result = trained_result(profile=profile, workload=name, dataset_format=fmt, world=world, train_out=train_out,
+                            batch=int(workload.get("reader", {}).get("batch_size", 1)), sample_bytes=sample_bytes,
+                            io=io, seconds=seconds, commands=commands,
+                            result_path=run_dir / EXPORT_DIR / result_name(dlio), dlio=dlio)
     result.result_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
     print(result.table(), flush=True)
     print(f"[replay] {result.result_path}", flush=True)

@@ -14,7 +14,6 @@ run's data (the export's `--dataset-of-run`: the real training set would be thou
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -80,22 +79,10 @@ def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)
-    figures, steps = replay_module._read_dlio_output(train_out)
-    trained = steps * int(workload["reader"]["batch_size"]) * world
-    read = (io["train"] or {}).get("training_rchar")
-    read_per_sample = read / trained if read is not None and trained else None
-    totals = profile["totals"]
-    result = replay_module.ReplayResult(
-        benchmark=str(profile.get("benchmark")), workload=name, dataset_format=dataset["format"], world_size=world,
-        measured={"samples_per_s": float(totals["samples_per_s"]), "mb_per_s": float(totals["mb_per_s"]),
-                  "au": float(totals["au"])},
-        replayed={"samples_per_s": figures["samples_per_s"],
-                  "mb_per_s": figures["samples_per_s"] * (read_per_sample or sample_bytes) / 1e6, "au": figures["au"]},
-        bytes_per_sample=sample_bytes, read_per_sample=read_per_sample, process_reads=io,
-        dlio_nominal_mib_per_s=figures["nominal_mib_per_s"], replayed_steps=steps,
-        seconds={k: round(v, 2) for k, v in seconds.items()},
-        commands={k: shlex.join(v) for k, v in commands.items()},
-        result_path=run_dir / EXPORT_DIR / RESULT_FILE, dlio="3.0")
+    result = replay_module.trained_result(
+        profile=profile, workload=name, dataset_format=dataset["format"], world=world, train_out=train_out,
+        batch=int(workload["reader"]["batch_size"]), sample_bytes=sample_bytes, io=io, seconds=seconds,
+        commands=commands, result_path=run_dir / EXPORT_DIR / RESULT_FILE, dlio="3.0")
     saved = result.as_json()
     saved["reader"] = "storage: the export's MLPerf Storage workload (mlperf_storage/), at this run's data size"
     result.result_path.write_text(json.dumps(saved, indent=2) + "\n")
