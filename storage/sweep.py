@@ -54,33 +54,27 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from common import registry
 from storage.compute_times import SOURCES, ComputeTimeError, lookup
-from storage.sweep_hosts import host_summaries, hosts_table, plot_host
+from storage.sweep_dlio import dataset_root, dlio_point, dlio_work_root
+from storage.sweep_hosts import host_summaries
 from storage.sweep_launch import LAUNCHERS, Launcher, LaunchError, make_launcher
 from storage.sweep_plot import bar as _bar
-from storage.sweep_plot import plot
+# what the sweep's callers and tests import from here, wherever it lives now
+from storage.sweep_report import (_answers_line, _au, _cpu, _number, headline_text, markdown_table,  # noqa: F401
+                                  sweep_document, write_outputs)
+from storage.sweep_rules import (Figures, Point, PointFailed, SweepError, counts, figures_of_report,  # noqa: F401
+                                 headline, sweep_counts)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-FORMAT = "mlperf-emulation-sweep"
-VERSION = 1
-SWEEP_FILE, TABLE_FILE, PLOT_FILE, HOST_PLOTS = "sweep.json", "sweep.md", "sweep.png", "hosts"
 # the bindings the sweep sets itself at every point; the same binding from the user would be lost
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
 CLIENT_MEMORY_BINDING = "storage.Emulation.client_host_memory_in_gb"
 COMPUTE_TIMES_BINDING = "storage.Emulation.compute_times"
 LOG_TAIL_LINES = 30
-
-
-class SweepError(RuntimeError):
-    """A usage or setup problem, on one line naming the flag or file."""
-
-
-class PointFailed(SweepError):
-    """A point that did not produce its figures: the command and the tail of its log follow."""
 
 
 class Terminated(BaseException):
@@ -95,107 +89,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-# ---------------------------------------------------------------------------- figures and rules
-
-@dataclasses.dataclass(frozen=True)
-class Figures:
-    """What one run at one accelerator count measured (ours or DLIO's); None where not known."""
-
-    accelerators: int
-    au_mean: float
-    passed: bool
-    au_min: float | None = None
-    samples_per_s: float | None = None
-    mb_per_s: float | None = None  # what the loaders asked for (logical), 1e6 B
-    read_iops: float | None = None  # the loaders' read calls per second
-    device_mb_per_s: float | None = None  # what the block device served
-    device_read_iops: float | None = None
-    client_cpu_busy: float | None = None  # the busiest host's CPUs over the timed steps, 0-1
-    client_cpu_saturated: bool | None = None  # >= 90%: the client's CPU, not the storage, was the limit
-    page_cache_bytes: int | None = None  # what the client memory's page cache held at the end (cgroup)
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    figures: Figures
-    au_threshold: float
-    run: dict[str, Any]  # run_dir, log, command, seconds, bytes_per_sample
-    dlio: Figures | None = None
-    dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
-    hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep_hosts.host_summaries)
-
-
-def counts(max_accelerators: int) -> list[int]:
-    """1, 2, 4, ... up to max_accelerators, which is always the last count (power of two or not)."""
-    if max_accelerators < 1:
-        raise SweepError(f"--max-accelerators must be >= 1, got {max_accelerators}")
-    doubling = [2 ** k for k in range(max_accelerators.bit_length())]  # integers: no float log2 to round
-    return doubling if doubling[-1] == max_accelerators else doubling + [max_accelerators]
-
-
-def next_count(done: Sequence[Figures], max_accelerators: int,
-               dlio_done: Sequence[Figures] | None = None) -> int | None:
-    """The count to run next, or None: the sweep stops after the first count under the AU bar
-    (more accelerators share the same storage, so they would only wait longer) or at the max. With
-    DLIO beside it (`dlio_done`, its figures so far), it goes on until DLIO has failed a count too, so
-    that both answers are found, not only the first to fail."""
-    ours_failed = any(not f.passed for f in done)
-    dlio_failed = dlio_done is None or any(not f.passed for f in dlio_done)
-    if ours_failed and dlio_failed:
-        return None
-    last = done[-1].accelerators if done else 0
-    return next((n for n in counts(max_accelerators) if n > last), None)
-
-
-def sweep_counts(measure: Callable[[int], Point], max_accelerators: int, *, with_dlio: bool = False) -> list[Point]:
-    """Measures count after count (next_count's rule); `measure` runs one count (and DLIO's, `with_dlio`)."""
-    points: list[Point] = []
-    while (n := next_count([p.figures for p in points], max_accelerators,
-                           [p.dlio for p in points if p.dlio is not None] if with_dlio else None)) is not None:
-        points.append(measure(n))
-    return points
-
-
-def up_to_first_failure(figures: Sequence[Figures]) -> list[Figures]:
-    """The counts a sweep of these figures alone would have run: up to and including its first failure
-    (the counts after it were run for the other side's answer, and do not change this side's)."""
-    kept = []
-    for f in figures:
-        kept.append(f)
-        if not f.passed:
-            break
-    return kept
-
-
-def headline(figures: Sequence[Figures]) -> dict[str, Any]:
-    """MLPerf Storage's answer: the most accelerators whose mean AU met the bar (0 if none did),
-    with the storage figures there. `lower_bound`: no count failed, so more may pass too."""
-    passing = [f for f in figures if f.passed]
-    best = max(passing, key=lambda f: f.accelerators) if passing else None
-    keys = ("au_mean", "samples_per_s", "mb_per_s", "read_iops", "device_mb_per_s", "device_read_iops")
-    return {"accelerators": best.accelerators if best else 0,
-            **{k: getattr(best, k) if best else None for k in keys},
-            "lower_bound": bool(figures) and all(f.passed for f in figures)}
-
-
 # ---------------------------------------------------------------------------- one point
-
-def figures_of_report(report: Mapping[str, Any]) -> Figures:
-    """An emulation.json (storage.emulation.report) as the sweep's figures."""
-    storage = report.get("storage") or {}
-    hosts = report.get("hosts") or []
-    busy = [h["cpu_busy"] for h in hosts if h.get("cpu_busy") is not None]
-    caches = [(h.get("client_memory") or {}).get("cache_bytes") for h in hosts]
-    caches = [c for c in caches if c is not None]
-    return Figures(accelerators=int(report["accelerators"]), au_mean=float(report["au"]["mean"]),
-                   au_min=float(report["au"]["min"]), passed=bool(report["passed"]),
-                   samples_per_s=report.get("samples_per_s"), mb_per_s=storage.get("mb_per_s"),
-                   read_iops=storage.get("read_iops"), device_mb_per_s=storage.get("device_mb_per_s"),
-                   device_read_iops=storage.get("device_read_iops"),
-                   client_cpu_busy=max(busy) if busy else None,
-                   client_cpu_saturated=report.get("client_cpu_saturated") if busy else None,
-                   page_cache_bytes=sum(caches) if caches else None)
-
 
 def _gin_string(value: str | Path) -> str:
     # a gin string literal: JSON's double-quoted escapes are ones gin's Python-like strings read
@@ -284,235 +178,6 @@ def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | No
            "seconds": round(time.monotonic() - started, 2),
            "bytes_per_sample": report.get("bytes_per_sample")}
     return report, run
-
-
-# ---------------------------------------------------------------------------- DLIO
-
-def _filesystem(path: Path) -> int:
-    """st_dev of `path`, or of its nearest existing parent (a folder still to be made)."""
-    path = path.resolve()
-    while not path.exists():
-        path = path.parent
-    return os.stat(path).st_dev
-
-
-def dataset_root(run_dir: Path) -> Path:
-    """The dataset a run read, as its load profile records it."""
-    from storage.load_profile.session import PROFILE_FILE
-
-    path = run_dir / PROFILE_FILE
-    try:
-        return Path(json.loads(path.read_text())["dataset"]["root"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SweepError(f"{path}: no dataset root in the load profile ({error!r}); "
-                         "--dlio needs it to put DLIO's data on the same storage") from None
-
-
-def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path) -> Path:
-    """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage."""
-    if requested is not None:
-        if _filesystem(requested) != _filesystem(dataset):
-            print(f"[sweep] warning: --dlio-work-dir {requested} is not on the filesystem of the dataset {dataset}: "
-                  "DLIO's figures then describe other storage", flush=True)
-        return requested / out.name  # a folder of its own: sweeps sharing the flag do not clobber each other
-    default = out / "dlio-work"
-    if _filesystem(default) != _filesystem(dataset):
-        raise SweepError(f"--dlio: {out} is not on the filesystem of the dataset {dataset}, so DLIO would read other "
-                         f"storage; give --dlio-work-dir, a folder on the dataset's filesystem (e.g. beside "
-                         f"{dataset.parent})")
-    return default
-
-
-def _evict_before_training(evictions: list[dict[str, Any]]) -> Callable[[Path], None]:
-    """replay()'s before_train hook: DLIO's freshly written data leaves the page cache (flushed first,
-    since dirty pages cannot be dropped), so DLIO reads it cold as our loaders read the dataset."""
-    from storage.host.page_cache import evict
-
-    def hook(data: Path) -> None:
-        eviction = evict([data], flush=True)
-        evictions.append({"files": eviction.files, "bytes": eviction.bytes, "seconds": round(eviction.seconds, 3),
-                          "resident_before_bytes": eviction.resident_before_bytes,
-                          "resident_after_bytes": eviction.resident_after_bytes})
-        print(f"[sweep] evicted DLIO's {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB) from the page cache",
-              flush=True)
-
-    return hook
-
-
-def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeout_s: float | None,
-               launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
-    """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
-    from storage.host.page_cache import PageCacheError
-    from storage.dlio.export import ExportError, export
-    from storage.dlio.replay import DlioEnvError, MpiHosts, ReplayError, replay
-
-    evictions: list[dict[str, Any]] = []
-    mpi = None
-    if launcher is not None and launcher.multi_host:  # DLIO's ranks over the same hosts, as mlpstorage places them
-        mpi = MpiHosts(hosts=tuple(f"{h}:{k}" for h, k in launcher.placement(n)),
-                       launcher_exec=launcher.launcher_exec, env=launcher.extra_env)
-    try:
-        export(run_dir)
-        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions),
-                        mpi=mpi)
-    except (ExportError, ReplayError, DlioEnvError, PageCacheError) as error:
-        raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
-    au = float(result.replayed["au"])
-    figures = Figures(accelerators=n, au_mean=au, passed=au >= au_threshold,
-                      samples_per_s=float(result.replayed["samples_per_s"]),
-                      mb_per_s=float(result.replayed["mb_per_s"]))
-    details = {"result": str(result.result_path), "work_dir": str(work), "seconds": result.seconds,
-               "eviction": evictions[0] if evictions else None, "commands": result.commands}
-    return figures, details
-
-
-# ---------------------------------------------------------------------------- outputs
-
-def _number(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
-
-
-def _au(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
-
-
-def _cpu(figures: Figures) -> str:
-    """The client's CPU use, marked where it was the limit."""
-    if figures.client_cpu_busy is None:
-        return "n/a"
-    return f"{figures.client_cpu_busy:.0%}" + (" (saturated)" if figures.client_cpu_saturated else "")
-
-
-def _pass(figures: Figures | None) -> str:
-    return "n/a" if figures is None else ("yes" if figures.passed else "no")
-
-
-def markdown_table(points: Sequence[Point]) -> str:
-    """One row per count: our figures, then DLIO's when any point has them."""
-    with_dlio = any(p.dlio is not None for p in points)
-    with_cache = any(p.figures.page_cache_bytes is not None for p in points)
-    header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
-              "device IOPS", "client CPU"] + (["page cache MB"] if with_cache else []) + \
-        (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
-    for point in points:
-        f = point.figures
-        row = [str(f.accelerators), _au(f.au_mean), _au(f.au_min), _pass(f), _number(f.samples_per_s, ",.1f"),
-               _number(f.mb_per_s, ",.2f"), _number(f.read_iops, ",.0f"), _number(f.device_mb_per_s, ",.2f"),
-               _number(f.device_read_iops, ",.0f"), _cpu(f)]
-        if with_cache:
-            row.append(_number(None if f.page_cache_bytes is None else f.page_cache_bytes / 1e6, ",.1f"))
-        if with_dlio:
-            d = point.dlio
-            row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
-                    _number(d.mb_per_s if d else None, ",.2f")]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
-def headline_text(best: Mapping[str, Any], threshold: float | None) -> str:
-    """'N accelerators at AU >= T (X MB/s, Y IOPS)', the figures logical (what the loaders asked)."""
-    return (f"{best['accelerators']} accelerators at AU >= {_bar(threshold)} "
-            f"({_number(best['mb_per_s'], ',.2f')} MB/s, {_number(best['read_iops'], ',.0f')} IOPS)")
-
-
-def _threshold(points: Sequence[Point]) -> float | None:
-    return points[0].au_threshold if points else None
-
-
-def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], failure: str | None) -> dict[str, Any]:
-    """sweep.json's content: the settings, every point, our headline and DLIO's."""
-    ours = headline(up_to_first_failure([p.figures for p in points]))
-    dlio_figures = [p.dlio for p in points if p.dlio is not None]
-    dlio = headline(up_to_first_failure(dlio_figures)) if settings.get("dlio") else None
-    return {
-        "format": FORMAT, "version": VERSION, **settings,
-        "au_threshold": _threshold(points),
-        "points": [{**dataclasses.asdict(p.figures), "au_threshold": p.au_threshold, **p.run, "hosts": list(p.hosts),
-                    "dlio": None if p.dlio is None else {**dataclasses.asdict(p.dlio), **(p.dlio_run or {})}}
-                   for p in points],
-        "headline": ours,
-        "dlio_headline": dlio,
-        # DLIO's answer over ours (None where either is 0): how far DLIO's replay overstates (> 1) what the
-        # real loader gets from the same storage
-        "dlio_over_ours": (dlio["accelerators"] / ours["accelerators"]
-                           if dlio is not None and dlio["accelerators"] and ours["accelerators"] else None),
-        "failure": failure,
-    }
-
-
-def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> str:
-    threshold = document["au_threshold"]
-    lines = [f"# {document['benchmark']} on {document['accelerator']}: how many accelerators the storage keeps busy",
-             "", f"AU threshold {_bar(threshold)}; {document['steps']} steps per point; at most "
-                 f"{document['max_accelerators']} accelerators.", "", markdown_table(points), "",
-             f"**Headline**: {headline_text(document['headline'], threshold)}; device "
-             f"{_number(document['headline']['device_mb_per_s'], ',.2f')} MB/s, "
-             f"{_number(document['headline']['device_read_iops'], ',.0f')} IOPS."]
-    saturated = [p.figures.accelerators for p in points if p.figures.client_cpu_saturated]
-    if saturated:
-        counts_text = ", ".join(map(str, saturated))
-        lines.append(f"\nThe client's CPUs were >= 90% busy at {counts_text} accelerators: there the "
-                     "client host, not the storage, may have been the limit.")
-    if document.get("client_host_memory_in_gb"):
-        lines.append(f"\nEach host's ranks and loader workers held to {document['client_host_memory_in_gb']:g} GiB of "
-                     "client memory, page cache included (page cache MB: what it held at the end of the point).")
-    if document["headline"]["lower_bound"]:
-        lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
-                     "accelerators busy (raise --max-accelerators).")
-    if any(p.hosts for p in points):
-        lines += ["", f"**Per client host** ({document.get('launcher', 'standalone')} launch; asked MB/s: what the "
-                      "host's loaders asked for, read IOPS their read calls (load profile); FUSE, NFS, block: what the host's storage clients "
-                      "fetched, mean of its samples (storage.host.host_series); page cache: the client memory's where "
-                      "one is set, else the host's):", "",
-                  hosts_table([(p.figures.accelerators, p.hosts) for p in points])]
-    if document["dlio_headline"] is not None:
-        bound = " (every count run passed)" if document["dlio_headline"]["lower_bound"] else ""
-        lines.append(f"\n**DLIO 2.0.0**: {headline_text(document['dlio_headline'], threshold)}{bound}; "
-                     "MB/s = samples/s x the bytes a sample costs on disk; IOPS not measured.")
-        lines.append(f"\n{_answers_line(document)}")
-    if document["failure"]:
-        lines += ["", "**The sweep stopped on a failed point:**", "", "```", document["failure"], "```"]
-    return "\n".join(lines) + "\n"
-
-
-def _answers_line(document: Mapping[str, Any]) -> str:
-    """Both answers and their ratio: the sweep runs on past our knee until DLIO fails too."""
-    ours, dlio = document["headline"]["accelerators"], document["dlio_headline"]["accelerators"]
-    ratio = document.get("dlio_over_ours")
-    ratio_text = f"DLIO's answer is {ratio:.2f}x ours" if ratio is not None else "no ratio (an answer is 0)"
-    more = " (or more: it never failed)" if document["dlio_headline"]["lower_bound"] else ""
-    return f"Answers: ours {ours}, DLIO 2.0.0 {dlio}{more}; {ratio_text}."
-
-
-def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],
-                  failure: str | None, with_plot: bool = True) -> dict[str, Any]:
-    """sweep.json always; sweep.md and sweep.png with `with_plot` (the end of the sweep)."""
-    document = sweep_document(settings=settings, points=points, failure=failure)
-    staging = out / (SWEEP_FILE + ".tmp")
-    staging.write_text(json.dumps(document, indent=2) + "\n")
-    staging.replace(out / SWEEP_FILE)  # a reader never sees half a file, even mid-sweep
-    if with_plot:
-        (out / TABLE_FILE).write_text(markdown_document(document, points))
-        if points:
-            plot(points, out / PLOT_FILE, title=f"{document['benchmark']} on {document['accelerator']}")
-            _plot_hosts(out, points, title=f"{document['benchmark']} on {document['accelerator']}")
-    return document
-
-
-def _plot_hosts(out: Path, points: Sequence[Point], *, title: str) -> None:
-    """hosts/n<N>_<host>.png: each host's series over each point's run."""
-    from storage.emulation.report import read_host_series
-
-    for point in points:
-        try:
-            series = read_host_series(Path(point.run["run_dir"]))
-        except ValueError:
-            continue
-        for one in series:
-            (out / HOST_PLOTS).mkdir(exist_ok=True)
-            plot_host(one, out / HOST_PLOTS / f"n{point.figures.accelerators}_{one['host']}.png",
-                      title=f"{title}: {point.figures.accelerators} accelerators, host {one['host']}")
 
 
 # ---------------------------------------------------------------------------- the sweep

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
-    from storage.sweep import Point
+    from storage.sweep_rules import Point
 
 
 def bar(threshold: float | None) -> str:

@@ -260,7 +260,9 @@ def test_dlio_work_dir_must_share_the_datasets_filesystem(tmp_path, monkeypatch)
     out, dataset = tmp_path / "out", tmp_path / "data" / "train"
     assert dlio_work_root(None, out=out, dataset=dataset) == out / "dlio-work"
     assert dlio_work_root(tmp_path / "w", out=out, dataset=dataset) == tmp_path / "w" / "out"
-    monkeypatch.setattr(sweep_module, "_filesystem", lambda path: 1 if "data" in str(path) else 2)
+    from storage import sweep_dlio
+
+    monkeypatch.setattr(sweep_dlio, "_filesystem", lambda path: 1 if "data" in str(path) else 2)
     with pytest.raises(SweepError, match="give --dlio-work-dir"):
         dlio_work_root(None, out=out, dataset=dataset)
 

@@ -1,0 +1,90 @@
+"""The sweep's DLIO side (storage.sweep --dlio): where DLIO's data goes, and one count replayed with
+DLIO 2.0.0, cold, over the same hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from storage.sweep_launch import Launcher
+from storage.sweep_rules import Figures, PointFailed, SweepError
+
+
+def _filesystem(path: Path) -> int:
+    """st_dev of `path`, or of its nearest existing parent (a folder still to be made)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return os.stat(path).st_dev
+
+
+def dataset_root(run_dir: Path) -> Path:
+    """The dataset a run read, as its load profile records it."""
+    from storage.load_profile.session import PROFILE_FILE
+
+    path = run_dir / PROFILE_FILE
+    try:
+        return Path(json.loads(path.read_text())["dataset"]["root"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SweepError(f"{path}: no dataset root in the load profile ({error!r}); "
+                         "--dlio needs it to put DLIO's data on the same storage") from None
+
+
+def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path) -> Path:
+    """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage."""
+    if requested is not None:
+        if _filesystem(requested) != _filesystem(dataset):
+            print(f"[sweep] warning: --dlio-work-dir {requested} is not on the filesystem of the dataset {dataset}: "
+                  "DLIO's figures then describe other storage", flush=True)
+        return requested / out.name  # a folder of its own: sweeps sharing the flag do not clobber each other
+    default = out / "dlio-work"
+    if _filesystem(default) != _filesystem(dataset):
+        raise SweepError(f"--dlio: {out} is not on the filesystem of the dataset {dataset}, so DLIO would read other "
+                         f"storage; give --dlio-work-dir, a folder on the dataset's filesystem (e.g. beside "
+                         f"{dataset.parent})")
+    return default
+
+
+def _evict_before_training(evictions: list[dict[str, Any]]) -> Callable[[Path], None]:
+    """replay()'s before_train hook: DLIO's freshly written data leaves the page cache (flushed first,
+    since dirty pages cannot be dropped), so DLIO reads it cold as our loaders read the dataset."""
+    from storage.host.page_cache import evict
+
+    def hook(data: Path) -> None:
+        eviction = evict([data], flush=True)
+        evictions.append({"files": eviction.files, "bytes": eviction.bytes, "seconds": round(eviction.seconds, 3),
+                          "resident_before_bytes": eviction.resident_before_bytes,
+                          "resident_after_bytes": eviction.resident_after_bytes})
+        print(f"[sweep] evicted DLIO's {eviction.files} files ({eviction.bytes / 1e6:,.1f} MB) from the page cache",
+              flush=True)
+
+    return hook
+
+
+def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeout_s: float | None,
+               launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
+    """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
+    from storage.host.page_cache import PageCacheError
+    from storage.dlio.export import ExportError, export
+    from storage.dlio.replay import DlioEnvError, MpiHosts, ReplayError, replay
+
+    evictions: list[dict[str, Any]] = []
+    mpi = None
+    if launcher is not None and launcher.multi_host:  # DLIO's ranks over the same hosts, as mlpstorage places them
+        mpi = MpiHosts(hosts=tuple(f"{h}:{k}" for h, k in launcher.placement(n)),
+                       launcher_exec=launcher.launcher_exec, env=launcher.extra_env)
+    try:
+        export(run_dir)
+        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions),
+                        mpi=mpi)
+    except (ExportError, ReplayError, DlioEnvError, PageCacheError) as error:
+        raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
+    au = float(result.replayed["au"])
+    figures = Figures(accelerators=n, au_mean=au, passed=au >= au_threshold,
+                      samples_per_s=float(result.replayed["samples_per_s"]),
+                      mb_per_s=float(result.replayed["mb_per_s"]))
+    details = {"result": str(result.result_path), "work_dir": str(work), "seconds": result.seconds,
+               "eviction": evictions[0] if evictions else None, "commands": result.commands}
+    return figures, details

@@ -1,0 +1,115 @@
+"""The sweep's figures and rules (storage.sweep): what one count measured, which count comes next, and
+MLPerf Storage's answer from the counts run."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+
+class SweepError(RuntimeError):
+    """A usage or setup problem, on one line naming the flag or file."""
+
+
+class PointFailed(SweepError):
+    """A point that did not produce its figures: the command and the tail of its log follow."""
+
+
+# ---------------------------------------------------------------------------- figures and rules
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """What one run at one accelerator count measured (ours or DLIO's); None where not known."""
+
+    accelerators: int
+    au_mean: float
+    passed: bool
+    au_min: float | None = None
+    samples_per_s: float | None = None
+    mb_per_s: float | None = None  # what the loaders asked for (logical), 1e6 B
+    read_iops: float | None = None  # the loaders' read calls per second
+    device_mb_per_s: float | None = None  # what the block device served
+    device_read_iops: float | None = None
+    client_cpu_busy: float | None = None  # the busiest host's CPUs over the timed steps, 0-1
+    client_cpu_saturated: bool | None = None  # >= 90%: the client's CPU, not the storage, was the limit
+    page_cache_bytes: int | None = None  # what the client memory's page cache held at the end (cgroup)
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    figures: Figures
+    au_threshold: float
+    run: dict[str, Any]  # run_dir, log, command, seconds, bytes_per_sample
+    dlio: Figures | None = None
+    dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
+    hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep_hosts.host_summaries)
+
+
+def counts(max_accelerators: int) -> list[int]:
+    """1, 2, 4, ... up to max_accelerators, which is always the last count (power of two or not)."""
+    if max_accelerators < 1:
+        raise SweepError(f"--max-accelerators must be >= 1, got {max_accelerators}")
+    doubling = [2 ** k for k in range(max_accelerators.bit_length())]  # integers: no float log2 to round
+    return doubling if doubling[-1] == max_accelerators else doubling + [max_accelerators]
+
+
+def next_count(done: Sequence[Figures], max_accelerators: int,
+               dlio_done: Sequence[Figures] | None = None) -> int | None:
+    """The count to run next, or None: the sweep stops after the first count under the AU bar
+    (more accelerators share the same storage, so they would only wait longer) or at the max. With
+    DLIO beside it (`dlio_done`, its figures so far), it goes on until DLIO has failed a count too, so
+    that both answers are found, not only the first to fail."""
+    ours_failed = any(not f.passed for f in done)
+    dlio_failed = dlio_done is None or any(not f.passed for f in dlio_done)
+    if ours_failed and dlio_failed:
+        return None
+    last = done[-1].accelerators if done else 0
+    return next((n for n in counts(max_accelerators) if n > last), None)
+
+
+def sweep_counts(measure: Callable[[int], Point], max_accelerators: int, *, with_dlio: bool = False) -> list[Point]:
+    """Measures count after count (next_count's rule); `measure` runs one count (and DLIO's, `with_dlio`)."""
+    points: list[Point] = []
+    while (n := next_count([p.figures for p in points], max_accelerators,
+                           [p.dlio for p in points if p.dlio is not None] if with_dlio else None)) is not None:
+        points.append(measure(n))
+    return points
+
+
+def up_to_first_failure(figures: Sequence[Figures]) -> list[Figures]:
+    """The counts a sweep of these figures alone would have run: up to and including its first failure
+    (the counts after it were run for the other side's answer, and do not change this side's)."""
+    kept = []
+    for f in figures:
+        kept.append(f)
+        if not f.passed:
+            break
+    return kept
+
+
+def headline(figures: Sequence[Figures]) -> dict[str, Any]:
+    """MLPerf Storage's answer: the most accelerators whose mean AU met the bar (0 if none did),
+    with the storage figures there. `lower_bound`: no count failed, so more may pass too."""
+    passing = [f for f in figures if f.passed]
+    best = max(passing, key=lambda f: f.accelerators) if passing else None
+    keys = ("au_mean", "samples_per_s", "mb_per_s", "read_iops", "device_mb_per_s", "device_read_iops")
+    return {"accelerators": best.accelerators if best else 0,
+            **{k: getattr(best, k) if best else None for k in keys},
+            "lower_bound": bool(figures) and all(f.passed for f in figures)}
+
+
+def figures_of_report(report: Mapping[str, Any]) -> Figures:
+    """An emulation.json (storage.emulation.report) as the sweep's figures."""
+    storage = report.get("storage") or {}
+    hosts = report.get("hosts") or []
+    busy = [h["cpu_busy"] for h in hosts if h.get("cpu_busy") is not None]
+    caches = [(h.get("client_memory") or {}).get("cache_bytes") for h in hosts]
+    caches = [c for c in caches if c is not None]
+    return Figures(accelerators=int(report["accelerators"]), au_mean=float(report["au"]["mean"]),
+                   au_min=float(report["au"]["min"]), passed=bool(report["passed"]),
+                   samples_per_s=report.get("samples_per_s"), mb_per_s=storage.get("mb_per_s"),
+                   read_iops=storage.get("read_iops"), device_mb_per_s=storage.get("device_mb_per_s"),
+                   device_read_iops=storage.get("device_read_iops"),
+                   client_cpu_busy=max(busy) if busy else None,
+                   client_cpu_saturated=report.get("client_cpu_saturated") if busy else None,
+                   page_cache_bytes=sum(caches) if caches else None)
