@@ -32,17 +32,23 @@ def _read_seconds(storage: SharedStorage, host: str, path: Path) -> float:
     return time.monotonic() - start
 
 
+def _export_or_unavailable(tmp_path: Path) -> Path:
+    """An empty export folder, once this machine can serve one (root, sshd, sshfs, tc, FUSE)."""
+    reason = unavailable_reason()
+    if reason:
+        unavailable(f"no shared storage: {reason}")
+    export = tmp_path / "export"
+    export.mkdir()
+    return export
+
+
 def _lo_root() -> str:
     return subprocess.run(["tc", "qdisc", "show", "dev", "lo", "root"], capture_output=True, text=True).stdout
 
 
 @pytest.fixture
 def storage(tmp_path):
-    reason = unavailable_reason()
-    if reason:
-        unavailable(f"no shared storage: {reason}")
-    export = tmp_path / "export"
-    export.mkdir()
+    export = _export_or_unavailable(tmp_path)
     (export / "data.bin").write_bytes(os.urandom(FILE_MB << 20))
     shared = SharedStorage(work=tmp_path / "work", export=export, hosts=("n1", "n2"), mount=tmp_path / "mnt",
                            read_mb_s=LIMIT_MB_S)
@@ -69,11 +75,7 @@ def test_each_host_reads_the_export_over_the_limited_link_and_caches_only_what_i
 
 
 def test_down_leaves_nothing_behind(tmp_path):
-    reason = unavailable_reason()
-    if reason:
-        unavailable(f"no shared storage: {reason}")
-    export = tmp_path / "export"
-    export.mkdir()
+    export = _export_or_unavailable(tmp_path)
     shared = SharedStorage(work=tmp_path / "work", export=export, hosts=("n1",), mount=tmp_path / "mnt",
                            read_mb_s=LIMIT_MB_S).up()
     holder = shared.emulated.holder("n1")
