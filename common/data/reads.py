@@ -32,6 +32,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from common.data.byte_ranges import ByteRanges
+from common.object_store.requests import RequestTally, batch_tally
 
 SIZE_BUCKETS = 48  # log2 buckets: bucket k holds sizes in [2^k, 2^(k+1)), bucket 0 also holds 0
 
@@ -134,6 +135,7 @@ class BatchReads:
     busy_s: float | None  # of build_s, the time the thread ran or was runnable (None: not measurable)
     pid: int
     io: tuple[int, int] | None  # process_io() right after the batch was built
+    requests: RequestTally | None = None  # the object-store requests building it made (s3:// data only)
 
 
 def with_files_of(index: BatchReads, batch: BatchReads) -> BatchReads:
@@ -298,7 +300,8 @@ def recording() -> Iterator[list[BatchReads]]:
     busy0 = thread_busy_ns()
     t0 = time.perf_counter()
     try:
-        yield out
+        with batch_tally() as requests:
+            yield out
     finally:
         _state.recorder = outer
     build_s = time.perf_counter() - t0
@@ -310,5 +313,5 @@ def recording() -> Iterator[list[BatchReads]]:
         read_sizes=recorder.read_sizes, sequential=recorder.sequential, random=recorder.random,
         first_touch=recorder.first_touch, new_files=recorder.new_files, ranges=recorder.ranges,
         build_s=build_s, busy_s=None if busy0 is None or busy1 is None else min((busy1 - busy0) / 1e9, build_s),
-        pid=os.getpid(), io=process_io(),
+        pid=os.getpid(), io=process_io(), requests=requests if requests.total else None,
     ))

@@ -34,15 +34,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from storage.host import loopback_limit
 from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError
 
 ADDRESS = "127.0.0.2"
 STATE_FILE = "shared_storage.json"
 TOOLS = {"sshd": "openssh-server", "ssh-keygen": "openssh-client", "sshfs": "sshfs", "tc": "iproute2",
          "nsenter": "util-linux", "unshare": "util-linux"}
-TC_HANDLE, TC_CLASS = "1:", "1:10"
 # which shared storage holds lo's limit: a killed one's is taken down by the next `up`, not refused
-LINK_OWNER = Path("/run/mlperf-shared-storage.link")
+LINK_OWNER = loopback_limit.OWNER_FILE
 
 
 class SharedStorageError(RuntimeError):
@@ -74,11 +74,6 @@ def _run(cmd: Sequence[str], what: str) -> str:
         raise SharedStorageError(f"{what}: {' '.join(map(str, cmd))} exited {proc.returncode}: "
                                  f"{(proc.stderr or proc.stdout).strip()[-400:]}")
     return proc.stdout
-
-
-def _lo_root_qdisc() -> str:
-    out = _run(["tc", "qdisc", "show", "dev", "lo", "root"], "reading lo's queueing")
-    return out.strip().splitlines()[0] if out.strip() else ""
 
 
 @dataclasses.dataclass
@@ -206,25 +201,13 @@ class SharedStorage:
 
     def _limit_link(self) -> None:
         self._reap_left_link()
-        current = _lo_root_qdisc()
-        if current and not current.startswith("qdisc noqueue"):
-            try:
-                owner = f"python -m storage.host.shared_storage down --work {LINK_OWNER.read_text().strip()}"
-            except OSError:
-                owner = "tc qdisc del dev lo root, if nothing else needs it"
-            raise SharedStorageError(f"lo already has a root queueing discipline ({current}): another shared storage is "
-                                     f"up, or something else shapes loopback traffic; take it down first ({owner})")
-        bits = int(self.read_mb_s * 8e6)
-        # lo's MTU is 64 KiB: a bucket under a few packets would hold large segments back for ever
-        burst = max(256 << 10, int(self.read_mb_s * 1e6 / 50))
-        _run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", TC_HANDLE, "htb"], "shaping lo (tc htb)")
+        try:
+            loopback_limit.install(address=ADDRESS, port=self.port, read_mb_s=self.read_mb_s, holder=self.work,
+                                   release_hint="python -m storage.host.shared_storage down --work {owner}, or "
+                                                "stop the object endpoint serving from {owner}")
+        except loopback_limit.LoopbackLimitError as error:
+            raise SharedStorageError(str(error)) from None
         self.tc_installed = True
-        LINK_OWNER.write_text(f"{self.work}\n")
-        _run(["tc", "class", "add", "dev", "lo", "parent", TC_HANDLE, "classid", TC_CLASS, "htb", "rate", f"{bits}bit",
-              "ceil", f"{bits}bit", "burst", str(burst), "cburst", str(burst), "quantum", "65536"], "limiting the link")
-        _run(["tc", "filter", "add", "dev", "lo", "parent", TC_HANDLE, "protocol", "ip", "prio", "1", "u32",
-              "match", "ip", "src", f"{ADDRESS}/32", "match", "ip", "sport", str(self.port), "0xffff",
-              "flowid", TC_CLASS], "steering the storage's replies into the limit")
 
     def _mount_on(self, host: str) -> None:
         keys = self.work / "keys"
@@ -257,16 +240,7 @@ class SharedStorage:
                 pass
             self.sshd_pid = None
         if self.tc_installed:
-            current = _lo_root_qdisc()
-            if current.startswith(f"qdisc htb {TC_HANDLE}"):
-                proc = subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True, text=True)
-                if proc.returncode != 0:
-                    problems.append(f"removing the link limit: {proc.stderr.strip()}")
-            try:
-                if Path(LINK_OWNER.read_text().strip()) == self.work:
-                    LINK_OWNER.unlink()
-            except OSError:
-                pass
+            problems += loopback_limit.remove(self.work)
             self.tc_installed = False
         if emulated.ns_dir.exists():
             problems += emulated.remove()

@@ -1,0 +1,97 @@
+"""A dataset written on local disk, uploaded under an object prefix with the same bytes.
+
+The generators write to `s3://` this way (`common.data.generation.generate_to_objects`): each
+benchmark's generator writes the dataset into a local staging directory, and this uploads every
+file to `prefix/<the same relative path>`, multipart above `client.MULTIPART_PART_BYTES`. Files go
+UPLOAD_THREADS at a time, and the newest file (modification time) alone after all the others, so
+the file a generator writes last to say "complete" (its generator info; DLRM-HSTU's processed
+split_meta.json) is also the last object to appear: an interrupted upload never looks like a
+complete dataset. An object already there with the same size is not sent again, so a relaunch
+resumes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from common.object_store import client
+from common.object_store.location import ObjectPath
+
+UPLOAD_THREADS = 8  # PUTs in flight: one at a time, an upload of many small files waits on latency
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishResult:
+    objects_sent: int
+    bytes_sent: int
+    objects_skipped: int
+    seconds: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_sent / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def _local_files(local_dir: Path) -> list[Path]:
+    """Every file under local_dir, leaving out hidden ones (partial files, locks), oldest first."""
+    found = []
+    for directory, dirnames, filenames in os.walk(local_dir):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found.extend(Path(directory) / name for name in filenames if not name.startswith("."))
+    return sorted(found, key=lambda path: (path.stat().st_mtime_ns, str(path)))
+
+
+def publish_tree(local_dir: str | Path, target: ObjectPath, *, say: Callable[[str], None] | None = None) -> PublishResult:
+    """Uploads local_dir's files under `target` (see the module doc); creates the bucket if needed."""
+    local_dir = Path(local_dir)
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    client.make_bucket(target.endpoint, target.bucket)
+    present = dict((str(path), size) for path, size in target.list())
+    started = time.perf_counter()
+    todo: list[tuple[Path, ObjectPath, int]] = []
+    skipped = 0
+    for path in _local_files(local_dir):
+        destination = target / path.relative_to(local_dir).as_posix()
+        size = path.stat().st_size
+        if present.get(str(destination)) == size:
+            skipped += 1
+        else:
+            todo.append((path, destination, size))
+
+    def send(item: tuple[Path, ObjectPath, int]) -> None:
+        client.put_file(target.endpoint, target.bucket, item[1].key, item[0])
+
+    with concurrent.futures.ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        for _ in pool.map(send, todo[:-1]):  # raises the first failure, before the last file goes
+            pass
+    for item in todo[-1:]:
+        send(item)
+    sent, nbytes = len(todo), sum(item[2] for item in todo)
+    result = PublishResult(objects_sent=sent, bytes_sent=nbytes, objects_skipped=skipped,
+                           seconds=time.perf_counter() - started)
+    say(f"[publish] {local_dir} -> {target} at {target.endpoint.url}: {sent:,} object(s), {nbytes / 1e6:,.1f} MB in "
+        f"{result.seconds:,.1f} s ({result.mb_per_s:,.1f} MB/s); {skipped:,} already there")
+    return result
+
+
+def generate_then_publish(target: ObjectPath, generate: Callable[[Path], object], *,
+                          say: Callable[[str], None] | None = None) -> PublishResult:
+    """`generate(staging)` writes a dataset into a fresh local staging directory, which is then
+    published under `target` and removed (also when generating or uploading fails). The staging
+    directory is made under $MLPERF_STAGING_DIR, else the system's temporary directory: it needs
+    room for the whole dataset while it is uploaded."""
+    root = os.environ.get("MLPERF_STAGING_DIR") or None
+    staging = Path(tempfile.mkdtemp(prefix="mlperf-staging-", dir=root))
+    try:
+        generate(staging)
+        return publish_tree(staging, target, say=say)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

