@@ -2,13 +2,14 @@
 
 The dataset named in the config is created on first use when it is a synthetic one
 (`yambda-synthetic-<size>-seed<seed>`) and preprocessed when its processed files are missing or
-stale; downloaded Yambda (`yambda-<50m|500m|5b>`) goes through the very same path.
+stale; downloaded Yambda (`yambda-<50m|500m|5b>`) goes through the very same path. A data root in
+an object store (`s3://bucket/prefix`) is only read: its `processed/` must have been published
+there (`processed_format.how_to_publish`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 
 import numpy as np
 import torch
@@ -21,10 +22,11 @@ from common.run.task import EvalPoint
 from common.data.index import rank_share, window_batches
 from common.data.loader import StreamingLoader
 from common.data.time_windows import TimeWindows, index_is_complete, write_index
+from common.object_store.location import ObjectPath
 from recommendation_v4.data import features as F
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split
+from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split, published_other_split
 from recommendation_v4.data.synthetic import ensure_synthetic
 from recommendation_v4.model.flavors import HSTUFlavor, reference_table_rows
 from recommendation_v4.run_config import DataConfig
@@ -50,20 +52,40 @@ class _AnchorTimestamps:
         return np.asarray(self.dataset.data.events["timestamp"][rows], dtype=np.int64)
 
 
-def dataset_dir_for(config: DataConfig) -> pathlib.Path:
+def dataset_dir_for(config: DataConfig) -> layout.Location:
     return layout.default_dataset_dir(config.data_root, config.dataset)
 
 
-def materialise(config: DataConfig) -> pathlib.Path:
+def _dataset_kind(config: DataConfig) -> dict[str, str | int]:
+    try:
+        return layout.parse_dataset_name(config.dataset)
+    except ValueError as error:
+        raise ConfigError(f"recommendation_v4.DataConfig.dataset: {error}") from error
+
+
+def _check_published(dataset_dir: ObjectPath, config: DataConfig) -> None:
+    """Processed data in an object store is used as published: present (else the DatasetError
+    saying how to publish it) and built with the configured split (else a ConfigError)."""
+    processed = layout.processed_dir(dataset_dir)
+    other = published_other_split(processed, SplitConfig(test_day=config.test_day))
+    if other is not None:
+        raise ConfigError(
+            f"recommendation_v4.DataConfig.test_day={config.test_day}: {processed} was built with {other}; bind "
+            "the test day it was built with, or preprocess and publish it again with this one")
+
+
+def materialise(config: DataConfig) -> layout.Location:
     """Rank 0 generates (synthetic) and preprocesses the dataset; every rank gets its directory,
-    or rank 0's error (a missing or malformed dataset is a data error on every rank)."""
+    or rank 0's error (a missing or malformed dataset is a data error on every rank). A dataset in
+    an object store is only checked: the trainer does not write there."""
     dataset_dir = dataset_dir_for(config)
+    if isinstance(dataset_dir, ObjectPath):
+        _dataset_kind(config)
+        run_on_rank0(lambda: _check_published(dataset_dir, config), shared_errors=(ConfigError, schema.DatasetError))
+        return dataset_dir
 
     def prepare() -> None:
-        try:
-            kind = layout.parse_dataset_name(config.dataset)
-        except ValueError as error:
-            raise ConfigError(f"recommendation_v4.DataConfig.dataset: {error}") from error
+        kind = _dataset_kind(config)
         if kind["kind"] == "synthetic" and config.generate_if_missing:
             ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]), content=str(kind["content"]))
         schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
@@ -93,7 +115,7 @@ def materialise(config: DataConfig) -> pathlib.Path:
 @dataclasses.dataclass
 class YambdaData:
     config: DataConfig
-    dataset_dir: pathlib.Path
+    dataset_dir: layout.Location
     train: YambdaSequenceDataset
     eval: YambdaSequenceDataset
     eval_indices: np.ndarray

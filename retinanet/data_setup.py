@@ -18,6 +18,8 @@ from common.config.checks import ConfigError
 from common.data.generation import LEARNABLE, STORAGE
 from common.distributed.collectives import run_on_rank0
 from common.distributed.setup import DistInfo
+from common.object_store.location import ObjectPath, data_location
+from common.object_store.publish import generate_then_publish
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
@@ -34,15 +36,16 @@ class MissingDatasetError(RuntimeError):
     """The configured dataset is not on disk; the message says how to get it."""
 
 
-def dataset_dir_for(config: DataConfig) -> Path:
-    return Path(config.data_root) / BENCHMARK_DATA_DIRNAME / config.dataset
+def dataset_dir_for(config: DataConfig) -> Path | ObjectPath:
+    """<data_root>/retinanet/<dataset>: a directory, or a prefix where data_root is s3://bucket/prefix."""
+    return data_location(config.data_root) / BENCHMARK_DATA_DIRNAME / config.dataset
 
 
 def synthetic_dataset_name(size: str, seed: int) -> str:
     return f"synthetic-{size}-seed{seed}"
 
 
-def _materialise_on_rank0(config: DataConfig, dataset_dir: Path) -> None:
+def _materialise_on_rank0(config: DataConfig, dataset_dir: Path | ObjectPath) -> None:
     match = _SYNTHETIC_NAME.match(config.dataset)
     if match and config.generate_if_missing:
         size = match["size"]
@@ -51,12 +54,21 @@ def _materialise_on_rank0(config: DataConfig, dataset_dir: Path) -> None:
                 f"retinanet.DataConfig.dataset={config.dataset!r}: unknown synthetic size {size!r}; "
                 f"known: {sorted(SYNTHETIC_SIZES)}"
             )
-        if not (dataset_dir / layout.GENERATOR_INFO_FILENAME).exists():
+        complete = (dataset_dir / layout.GENERATOR_INFO_FILENAME).is_file()
+        if not complete:
             print(f"[data] generating {config.dataset} under {dataset_dir} (first use)", flush=True)
-        ensure_synthetic_dataset(
-            dataset_dir, size=SYNTHETIC_SIZES[size], seed=int(match["seed"]), workers=config.generator_workers,
-            content=STORAGE if match["storage"] else LEARNABLE,
-        )
+
+        def ensure(local_dir: Path) -> None:
+            ensure_synthetic_dataset(
+                local_dir, size=SYNTHETIC_SIZES[size], seed=int(match["seed"]), workers=config.generator_workers,
+                content=STORAGE if match["storage"] else LEARNABLE,
+            )
+
+        if isinstance(dataset_dir, ObjectPath):
+            if not complete:  # written locally, then uploaded with the same bytes
+                generate_then_publish(dataset_dir, ensure)
+        else:
+            ensure(dataset_dir)
     for split in layout.SPLITS:
         annotations = layout.split_paths(dataset_dir, split).annotations_file
         if not annotations.is_file():
@@ -69,7 +81,7 @@ def _materialise_on_rank0(config: DataConfig, dataset_dir: Path) -> None:
             )
 
 
-def materialise(config: DataConfig) -> Path:
+def materialise(config: DataConfig) -> Path | ObjectPath:
     """Generates a synthetic dataset on rank 0 if needed; every rank raises rank 0's error."""
     dataset_dir = dataset_dir_for(config)
 
@@ -85,7 +97,7 @@ def materialise(config: DataConfig) -> Path:
 
 @dataclasses.dataclass
 class DetectionData:
-    dataset_dir: Path
+    dataset_dir: Path | ObjectPath
     train: OpenImagesDetectionDataset  # augmented; index epoch * len + i is image i in that epoch
     validation: OpenImagesDetectionDataset
     eval_image_count: int  # the first this many validation images are evaluated

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from common.distributed.collectives import object_from_rank0, objects_on_rank0
+from common.object_store.location import ObjectPath, data_location
 from retinanet.data.coco_annotations import CategoryMap
 
 # Row layout handed to COCO.loadRes: image_id, x, y, w, h (original pixels), score, category_id.
@@ -32,9 +34,14 @@ class DetectionMetrics:
     num_detections: int
 
 
-def load_coco_quietly(annotations_file: str | Path) -> COCO:
+def load_coco_quietly(annotations_file: str | Path | ObjectPath) -> COCO:
     with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO(str(annotations_file))
+        if isinstance(annotations_file, ObjectPath):  # pycocotools opens paths only: hand it the parsed json
+            coco = COCO()
+            coco.dataset = json.loads(annotations_file.read_bytes())
+            coco.createIndex()
+        else:
+            coco = COCO(str(annotations_file))
     # COCO.loadRes copies the optional top-level "info" and fails on files that omit it.
     coco.dataset.setdefault("info", {})
     return coco
@@ -66,8 +73,9 @@ def detections_to_coco_rows(
 class CocoDetectionEvaluator:
     """Accumulates detections over an evaluation pass and scores them against a COCO json."""
 
-    def __init__(self, annotations_file: str | Path, *, categories: CategoryMap, verbose: bool = False) -> None:
-        self.annotations_file = Path(annotations_file)
+    def __init__(self, annotations_file: str | Path | ObjectPath, *, categories: CategoryMap,
+                 verbose: bool = False) -> None:
+        self.annotations_file = data_location(annotations_file)
         if not self.annotations_file.is_file():
             raise FileNotFoundError(f"evaluation annotations file not found: {self.annotations_file}")
         self.categories = categories

@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import io
+
 import numpy as np
 import torch
 
+from common.object_store.location import ObjectPath, data_location
 from flux.data.npy_codec import bf16_bits
 from flux.data.schema import FluxDataError
 
@@ -31,11 +34,12 @@ class EmptyEncodings:
     clip: torch.Tensor  # bf16 [D]
 
 
-def _load_bf16(path: Path, *, rank: int) -> torch.Tensor:
+def _load_bf16(path: Path | ObjectPath, *, rank: int) -> torch.Tensor:
     if not path.is_file():
         raise FluxDataError(f"{path} is missing (the empty-prompt encodings come with the dataset download)")
     try:
-        array = np.load(path, allow_pickle=False)
+        source = io.BytesIO(path.read_bytes()) if isinstance(path, ObjectPath) else path
+        array = np.load(source, allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
         raise FluxDataError(f"{path}: not a readable .npy array ({error})") from None
     if array.ndim == rank + 1 and array.shape[0] == 1:
@@ -50,10 +54,10 @@ def _load_bf16(path: Path, *, rank: int) -> torch.Tensor:
 
 
 def load_empty_encodings(
-    directory: str | Path, *, t5_shape: tuple[int, int] | None = None, clip_dim: int | None = None
+    directory: str | Path | ObjectPath, *, t5_shape: tuple[int, int] | None = None, clip_dim: int | None = None
 ) -> EmptyEncodings:
     """Both files of `directory` as bf16 tensors; FluxDataError if one is missing or misshapen."""
-    directory = Path(directory)
+    directory = data_location(directory)
     t5 = _load_bf16(directory / T5_EMPTY_FILE, rank=2)
     clip = _load_bf16(directory / CLIP_EMPTY_FILE, rank=1)
     if t5_shape is not None and tuple(t5.shape) != tuple(t5_shape):

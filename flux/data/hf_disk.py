@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from common.object_store.location import ObjectPath, data_location
 from flux.data.schema import FluxDataError
 
 DATASET_INFO_FILE = "dataset_info.json"
@@ -67,7 +68,7 @@ def write_state(split_dir: Path, *, shard_names: list[str], fingerprint: str) ->
     _write_json_atomically(Path(split_dir) / STATE_FILE, state)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path | ObjectPath) -> dict[str, Any]:
     if not path.is_file():
         raise FluxDataError(
             f"{path} is missing: {path.parent} is not a `datasets` save_to_disk directory "
@@ -82,10 +83,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return content
 
 
-def read_shard_paths(split_dir: str | Path) -> list[Path]:
-    """The shard files `state.json` lists, in order; FluxDataError if any is absent."""
-    split_dir = Path(split_dir)
-    if not split_dir.is_dir():
+def read_shard_paths(split_dir: str | Path | ObjectPath) -> list[Path] | list[ObjectPath]:
+    """The shard files `state.json` lists, in order; FluxDataError if any is absent. Under an s3://
+    prefix, one listing of the prefix finds them all (a HEAD per shard would be thousands)."""
+    split_dir = data_location(split_dir)
+    present = None
+    if isinstance(split_dir, ObjectPath):
+        present = {path.name for path, _ in split_dir.list()}
+        if not present:
+            raise FluxDataError(f"{split_dir}: no objects under this prefix at {split_dir.endpoint.url}")
+    elif not split_dir.is_dir():
         raise FluxDataError(f"{split_dir}: dataset directory not found")
     _read_json(split_dir / DATASET_INFO_FILE)
     state_path = split_dir / STATE_FILE
@@ -98,7 +105,7 @@ def read_shard_paths(split_dir: str | Path) -> list[Path]:
         if not isinstance(name, str) or not name or os.sep in name:
             raise FluxDataError(f"{state_path}: bad '_data_files' entry {entry!r}")
         path = split_dir / name
-        if not path.is_file():
+        if not (name in present if present is not None else path.is_file()):
             raise FluxDataError(f"{path}: shard listed in {state_path} is missing")
         paths.append(path)
     return paths
@@ -106,7 +113,7 @@ def read_shard_paths(split_dir: str | Path) -> list[Path]:
 
 def declared_num_rows(split_dir: str | Path) -> int | None:
     """The row count `dataset_info.json` declares (summed over its splits), if it declares one."""
-    splits = _read_json(Path(split_dir) / DATASET_INFO_FILE).get("splits")
+    splits = _read_json(data_location(split_dir) / DATASET_INFO_FILE).get("splits")
     if not isinstance(splits, dict) or not splits:
         return None
     counts = [s.get("num_examples") for s in splits.values() if isinstance(s, dict)]

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from common.data.generation import LEARNABLE, STORAGE
+from common.object_store.location import ObjectPath, data_location
 
 BENCHMARK_DIRNAME = "flux"
 MLCOMMONS_DATASET = "mlcommons"
@@ -67,18 +68,19 @@ def synthetic_content(name: str) -> str:
     return STORAGE if name.endswith("-storage") else LEARNABLE
 
 
-def dataset_dir(data_root: str | Path, name: str) -> Path:
-    """The directory holding dataset `name`'s three parts under `data_root`."""
+def dataset_dir(data_root: str | Path, name: str) -> Path | ObjectPath:
+    """The directory holding dataset `name`'s three parts under `data_root` (a prefix where data_root
+    is s3://bucket/prefix)."""
     if name == MLCOMMONS_DATASET:
-        return Path(data_root) / BENCHMARK_DIRNAME
+        return data_location(data_root) / BENCHMARK_DIRNAME
     if parse_synthetic_name(name) is None:
         raise ValueError(f"FLUX dataset name {name!r} is neither {MLCOMMONS_DATASET!r} nor "
                          "'synthetic-<size>-seed<N>[-storage]'")
-    return Path(data_root) / BENCHMARK_DIRNAME / name
+    return data_location(data_root) / BENCHMARK_DIRNAME / name
 
 
-def synthetic_paths(directory: str | Path) -> DatasetPaths:
-    directory = Path(directory)
+def synthetic_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
+    directory = data_location(directory)
     return DatasetPaths(
         train=directory / SYNTHETIC_TRAIN_DIRNAME,
         validation=directory / SYNTHETIC_VALIDATION_DIRNAME,
@@ -86,8 +88,8 @@ def synthetic_paths(directory: str | Path) -> DatasetPaths:
     )
 
 
-def downloaded_paths(directory: str | Path) -> DatasetPaths:
-    directory = Path(directory)
+def downloaded_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
+    directory = data_location(directory)
     return DatasetPaths(
         train=directory / DOWNLOADED_TRAIN_DIRNAME,
         validation=directory / DOWNLOADED_VALIDATION_DIRNAME,
@@ -97,8 +99,7 @@ def downloaded_paths(directory: str | Path) -> DatasetPaths:
 
 def dataset_paths(directory: str | Path) -> DatasetPaths:
     """The parts of the dataset in `directory`, whichever naming it uses (download or synthetic)."""
-    if (Path(directory) / DOWNLOADED_TRAIN_DIRNAME).exists() or (
-        Path(directory) / DOWNLOADED_VALIDATION_DIRNAME
-    ).exists():
+    directory = data_location(directory)
+    if (directory / DOWNLOADED_TRAIN_DIRNAME).is_dir() or (directory / DOWNLOADED_VALIDATION_DIRNAME).is_dir():
         return downloaded_paths(directory)
     return synthetic_paths(directory)

@@ -8,6 +8,13 @@ shards lazily in whichever process calls it (a DataLoader worker after unpicklin
 most recent few, and copies each requested cell's payload straight from the mapping into one
 preallocated tensor per field. Only the requested rows' cells, the batch headers and Arrow's
 offset buffers are touched (tests/flux/data/test_page_touch.py checks this page by page).
+
+A shard in an object store (`s3://`) is read the same way in byte ranges: opening it walks the
+stream's messages with ranged GETs of their metadata only (each message says its body's length),
+into an anonymous mapping of the shard's size whose other pages stay unallocated, and fetches
+the offset buffers of the tensor columns and the timestep column; pyarrow then parses the
+mapping as it parses a file's. Each cell a batch needs is then one ranged GET: the requests of a
+sample are its four cells (and its timestep from memory), as the mmap reads touch those cells.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import pyarrow as pa
 import torch
 
 from common.data.reads import is_recording, note_reads, note_records
+from common.object_store.location import ObjectPath, data_location
+from common.object_store.requests import process_tally
 from flux.data import hf_disk
 from flux.data.batch import FluxBatch, batch_buffer
 from flux.data.npy_codec import NpyHeader, is_bf16_bits, parse_npy_header
@@ -73,13 +82,49 @@ def _map_file(path: Path, *, readahead: bool) -> tuple[pa.NativeFile, int]:
     return pa.BufferReader(buffer), buffer.address
 
 
+_METADATA_READ = 4096  # bytes fetched at each message of a remote shard: its metadata, usually whole
+
+
+def _map_object(path: ObjectPath) -> tuple[pa.NativeFile, int, mmap.mmap]:
+    """A remote shard's stream metadata, fetched message by message into an anonymous mapping of
+    the object's size (the bodies are left unfetched: zero pages that take no memory)."""
+    size = path.size()
+    if size is None:
+        raise FileNotFoundError(f"{path}: no such object at {path.endpoint.url}")
+    if size == 0:
+        raise ValueError("empty object")
+    mapping = mmap.mmap(-1, size)
+    buffer = pa.py_buffer(mapping)
+    position = 0
+    while position + 8 <= size:
+        head = path.read_range(position, min(_METADATA_READ, size - position))
+        mapping[position : position + len(head)] = head
+        marker, length = np.frombuffer(head[:8], dtype="<i4")
+        prefix = 8 if marker == -1 else 4  # a continuation marker, or the pre-1.0 format's bare length
+        if marker != -1:
+            length = marker
+        if length == 0:  # the end-of-stream marker
+            break
+        fetched = len(head)
+        if prefix + length > fetched:
+            rest = path.read_range(position + fetched, prefix + length - fetched)
+            mapping[position + fetched : position + fetched + len(rest)] = rest
+        message = pa.ipc.read_message(pa.BufferReader(buffer.slice(position)))
+        position += prefix + int(length) + message.body.size
+    return pa.BufferReader(buffer), buffer.address, mapping
+
+
 class _MappedShard:
     """One shard's record batches, memory-mapped, with numpy views of each column's buffers."""
 
-    def __init__(self, path: Path, *, readahead: bool) -> None:
+    def __init__(self, path: Path | ObjectPath, *, readahead: bool) -> None:
         self.path = path
+        self.remote = isinstance(path, ObjectPath)
         try:
-            self._file, self.base_address = _map_file(path, readahead=readahead)
+            if self.remote:
+                self._file, self.base_address, self._mapping = _map_object(path)
+            else:
+                self._file, self.base_address = _map_file(path, readahead=readahead)
             reader = pa.ipc.open_stream(self._file)
         except (pa.ArrowInvalid, OSError, ValueError) as error:  # mmap of an empty file is a ValueError
             raise FluxDataError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt?): {error}") from None
@@ -103,6 +148,22 @@ class _MappedShard:
             if self.has_timestep:
                 self.timesteps.append(self._integer_view(batch, TIMESTEP_COLUMN))
         self._batches = batches
+        if self.remote:
+            self._fetch_index_buffers()
+
+    def _fetch_range(self, offset: int, size: int) -> None:
+        """Bytes [offset, offset + size) of a remote shard into its mapping."""
+        if size > 0:
+            self._mapping[offset : offset + size] = self.path.read_range(offset, size)
+
+    def _fetch_index_buffers(self) -> None:
+        """What locating a cell needs in memory: each tensor column's offsets and the timesteps
+        (one ranged GET each per record batch: a few KB)."""
+        for cells in self.cells:
+            for offsets, _ in cells.values():
+                self._fetch_range(self.file_offset(offsets), offsets.nbytes)
+        for timesteps in self.timesteps:
+            self._fetch_range(self.file_offset(timesteps), timesteps.nbytes)
 
     def _binary_views(self, batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
         array = batch.column(name)
@@ -133,16 +194,20 @@ class _MappedShard:
         return batch, row - int(self.batch_starts[batch])
 
     def cell(self, column: str, row: int) -> np.ndarray:
-        batch, local = self.locate(row)
-        offsets, values = self.cells[batch][column]
-        return values[offsets[local] : offsets[local + 1]]
+        return self.cell_and_offset(column, row)[0]
 
     def cell_and_offset(self, column: str, row: int) -> tuple[np.ndarray, int]:
         """cell(), and where it starts in the file (without asking numpy for its address: cheaper)."""
         batch, local = self.locate(row)
         offsets, values = self.cells[batch][column]
-        start = int(offsets[local])
-        return values[start : offsets[local + 1]], self.values_at[batch][column] + start
+        start, end = int(offsets[local]), int(offsets[local + 1])
+        at = self.values_at[batch][column] + start
+        if self.remote:  # one ranged GET of the cell (objects have no page cache to map)
+            if not 0 <= start <= end <= len(values):
+                raise FluxDataError(f"{self.path}: column {column!r} row {row}: offsets {start}..{end} outside its "
+                                    f"{len(values)} bytes")
+            return np.frombuffer(self.path.read_range(at, end - start), dtype=np.uint8), at
+        return values[start:end], at
 
     def timestep(self, row: int) -> int:
         batch, local = self.locate(row)
@@ -158,7 +223,12 @@ class _MappedShard:
 
     def key(self, row: int) -> str:
         batch, local = self.locate(row)
-        return self._batches[batch].column(KEY_COLUMN)[local].as_py()
+        column = self._batches[batch].column(KEY_COLUMN)
+        if self.remote:  # the key column's buffers are not fetched at open: fetch them now (rare)
+            for buffer in column.buffers():
+                if buffer is not None:
+                    self._fetch_range(buffer.address - self.base_address, buffer.size)
+        return column[local].as_py()
 
     def cell_format(self, column: str, row: int) -> _CellFormat:
         blob = self.cell(column, row)
@@ -266,7 +336,7 @@ class FluxArrowDataset:
 
     def __init__(
         self,
-        split_dir: str | Path,
+        split_dir: str | Path | ObjectPath,
         *,
         expect: FluxShapes | None = None,
         max_open_shards: int = 16,
@@ -274,10 +344,12 @@ class FluxArrowDataset:
     ) -> None:
         if max_open_shards < 1:
             raise ValueError(f"max_open_shards must be >= 1, got {max_open_shards}")
-        self.split_dir = Path(split_dir)
+        self.split_dir = data_location(split_dir)
         self.max_open_shards = max_open_shards
         self.readahead = readahead
+        before = process_tally()
         self._index = _build_index(self.split_dir, expect=expect)
+        self.open_requests = process_tally().minus(before)  # an s3:// split's listing and shard scans
         self._open: collections.OrderedDict[int, _MappedShard] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -405,6 +477,12 @@ class FluxArrowDataset:
     def storage_description(self) -> dict[str, Any]:
         """The shards of this split and the cells a sample reads (load profile, DLIO export)."""
         paths = self.shard_paths
+        remote = isinstance(self.split_dir, ObjectPath)
+        if remote:  # one listing, not a HEAD per shard
+            sizes = {str(path): size for path, size in self.split_dir.list()}
+            total_bytes = sum(sizes.get(str(p), 0) for p in paths)
+        else:
+            total_bytes = sum(p.stat().st_size for p in paths)
         columns = []
         for name in TENSOR_COLUMNS:
             header = self._index.formats[name].header
@@ -415,12 +493,14 @@ class FluxArrowDataset:
             columns.append({"name": TIMESTEP_COLUMN, "dtype": "int64", "shape": [], "elements": 1, "bytes": 8})
         return {
             "format": "arrow",
-            "access": "mmap" if self.readahead else "mmap_random",
+            "access": "ranged_get" if remote else ("mmap" if self.readahead else "mmap_random"),
             "root": str(self.split_dir),
             "files": len(paths),
-            "bytes": int(sum(p.stat().st_size for p in paths)),
+            "bytes": int(total_bytes),
             "samples": len(self),
             "columns": columns,
+            # what opening it asked an object store: the listing, and each shard's metadata scan
+            **({"open_requests": self.open_requests.to_json()} if remote else {}),
         }
 
     def key(self, index: int) -> str:

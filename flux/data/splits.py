@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from common.object_store.location import ObjectPath, data_location
+from common.object_store.publish import generate_then_publish
 from flux.data import layout
 from flux.data.empty_encodings import EmptyEncodings, load_empty_encodings
 from flux.data.reader import FluxArrowDataset
@@ -23,7 +25,7 @@ from flux.data.synthetic_sizes import SYNTHETIC_SIZES
 
 @dataclasses.dataclass
 class FluxSplits:
-    dataset_dir: Path
+    dataset_dir: Path | ObjectPath
     train: FluxArrowDataset
     validation: FluxArrowDataset  # carries `timestep` (sample i is scored at t = timestep / 8)
     empty: EmptyEncodings  # the CFG-dropout replacement for t5 / clip
@@ -39,19 +41,25 @@ class FluxSplits:
         )
 
 
-def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool = True) -> Path:
-    """The directory of dataset `name`, generating a synthetic one that is not there yet."""
+def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool = True) -> Path | ObjectPath:
+    """The directory of dataset `name`, generating a synthetic one that is not there yet (under an
+    s3:// data root: generated in a local staging directory, then uploaded)."""
     dataset_dir = layout.dataset_dir(data_root, name)
     synthetic = layout.parse_synthetic_name(name)
     if synthetic is not None and generate_if_missing:
         size, seed = synthetic
         if size not in SYNTHETIC_SIZES:
             raise ValueError(f"dataset {name!r}: unknown synthetic size {size!r}; known: {sorted(SYNTHETIC_SIZES)}")
-        ensure_synthetic(dataset_dir, size=size, seed=seed, content=layout.synthetic_content(name))
+        content = layout.synthetic_content(name)
+        if not isinstance(dataset_dir, ObjectPath):
+            ensure_synthetic(dataset_dir, size=size, seed=seed, content=content)
+        elif not (dataset_dir / layout.GENERATOR_INFO_FILE).is_file():
+            generate_then_publish(dataset_dir, lambda local: ensure_synthetic(local, size=size, seed=seed, content=content))
     return dataset_dir
 
 
-def open_splits(dataset_dir: str | Path, *, expect: FluxShapes | None = None, readahead: bool = True) -> FluxSplits:
+def open_splits(dataset_dir: str | Path | ObjectPath, *, expect: FluxShapes | None = None,
+                readahead: bool = True) -> FluxSplits:
     """Opens train, validation and the empty encodings; FluxDataError when they do not fit together."""
     paths = layout.dataset_paths(dataset_dir)
     if not paths.train.is_dir():
@@ -65,4 +73,4 @@ def open_splits(dataset_dir: str | Path, *, expect: FluxShapes | None = None, re
     if not validation.has_timestep:
         raise FluxDataError(f"{paths.validation}: no 'timestep' column; validation samples need their eval timestep")
     empty = load_empty_encodings(paths.empty_encodings, t5_shape=train.shapes.t5_shape, clip_dim=train.shapes.clip_dim)
-    return FluxSplits(dataset_dir=Path(dataset_dir), train=train, validation=validation, empty=empty)
+    return FluxSplits(dataset_dir=data_location(dataset_dir), train=train, validation=validation, empty=empty)

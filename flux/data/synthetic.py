@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-shard", type=int, help="override the rows per Arrow shard (reference: 231)")
     parser.add_argument("--empty-storage", default="float16", choices=("float16", "bf16_bits"))
     args = parser.parse_args(argv)
+    if generation.writes_to_objects(args):
+        return generation.generate_to_objects(main, argv, args)
     overrides = {
         name: value
         for name, value in (

@@ -24,6 +24,7 @@ import torch
 from torch.profiler import record_function
 
 from common.data.reads import is_recording, note_array_reads, note_arrays_reads, note_records
+from common.object_store.location import ObjectPath, data_location
 from recommendation_v4.data import features, hashing, schema
 from recommendation_v4.data import processed_format as fmt
 from recommendation_v4.data.batch import HSTUBatch
@@ -52,7 +53,7 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        processed_dir: str | pathlib.Path,
+        processed_dir: str | pathlib.Path | ObjectPath,
         *,
         split: str = "train",
         history_length: int,
@@ -70,7 +71,7 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
             raise ValueError(f"min_history must be >= 0, got {min_history}")
         if not 0.0 <= holdout_user_fraction < 1.0:
             raise ValueError(f"holdout_user_fraction must be in [0, 1), got {holdout_user_fraction}")
-        self.processed_dir = pathlib.Path(processed_dir)
+        self.processed_dir = data_location(processed_dir)
         self.split = split
         self.history_length = history_length
         self.per_pool = history_length // features.NUM_HISTORY_POOLS
@@ -127,8 +128,14 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
                 )
 
     def _select_anchors(self) -> np.ndarray | pathlib.Path:
-        """Anchor rows after the min_history and hold-out filters (cached beside the data)."""
+        """Anchor rows after the min_history and hold-out filters (cached beside the data).
+
+        From an object store they stay in memory (already read whole there): a trainer does not
+        write into the store, and a cache there would be one more object for every reader to fetch."""
         source = self.data.anchor_rows[self.split]
+        if self.data.in_object_store:
+            unfiltered = self.min_history == 0 and self.holdout_user_fraction == 0.0
+            return np.asarray(source) if unfiltered else self._filter_anchors(np.asarray(source))
         if self.min_history == 0 and self.holdout_user_fraction == 0.0:
             return self.data.directory / fmt.anchor_rows_file(self.split)
         salt_tag = hashlib.sha256(self.holdout_salt.encode()).hexdigest()[:12]
@@ -260,7 +267,7 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
     def storage_description(self) -> dict[str, Any]:
         """The files this split is read from and what a sample reads of each (load profile, DLIO export)."""
         data = self.data
-        files = sorted(p for p in data.directory.rglob("*.npy") if ANCHOR_CACHE_DIR not in p.parts)
+        file_count, file_bytes = self._data_files()
         events = data.events
         columns = [{"name": "anchor_index", "dtype": str(self.anchors.dtype), "elements": 1, "per": "sample"}]
         columns += [{"name": f"anchor_{c}", "dtype": str(events[c].dtype), "elements": 1, "per": "sample"}
@@ -271,15 +278,27 @@ class YambdaSequenceDataset(torch.utils.data.Dataset):
                         "per": "history_event"})
         return {
             "format": "npy-columns",
-            "access": "mmap",  # np.load(mmap_mode="r"), the kernel's readahead left on
+            # local: np.load(mmap_mode="r"), the kernel's readahead left on; objects: ObjectNpyArray
+            "access": "ranged_get" if data.in_object_store else "mmap",
             "root": str(data.directory),
-            "files": len(files),
-            "bytes": int(sum(p.stat().st_size for p in files)),
+            "files": file_count,
+            "bytes": file_bytes,
             "samples": len(self),
             "events": data.num_events,
             "history_length": self.history_length,
             "columns": columns,
         }
+
+    def _data_files(self) -> tuple[int, int]:
+        """(count, bytes) of the .npy files of the processed directory, the trainer's own caches
+        left out; objects are listed, not looked for on the local disk."""
+        directory = self.data.directory
+        if isinstance(directory, ObjectPath):
+            sizes = [size for path, size in directory.list()
+                     if path.suffix == ".npy" and ANCHOR_CACHE_DIR not in path.relative_to(directory).split("/")]
+            return len(sizes), int(sum(sizes))
+        files = [p for p in directory.rglob("*.npy") if ANCHOR_CACHE_DIR not in p.parts]
+        return len(files), int(sum(p.stat().st_size for p in files))
 
     def sample(self, index: int) -> YambdaSample:
         """One sample, built on its own (the reference for get_batch)."""

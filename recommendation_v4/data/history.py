@@ -28,8 +28,10 @@ def pool_windows(
     pool_rows: np.ndarray, *, user_start: np.ndarray, anchor_rows: np.ndarray, per_pool: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(first index into pool_rows, count) of each anchor's window in one pool."""
-    end = np.searchsorted(pool_rows, anchor_rows, side="left")
-    begin = np.searchsorted(pool_rows, user_start, side="left")
+    # the array's own method: a memmap's binary search faults in a few pages, an ObjectNpyArray's
+    # reads one block per query, where np.asarray of the latter would fetch the whole object
+    end = pool_rows.searchsorted(anchor_rows, side="left")
+    begin = pool_rows.searchsorted(user_start, side="left")
     count = np.minimum(end - begin, per_pool)
     return end - count, count
 

@@ -9,6 +9,9 @@
 Directory names: `yambda-<50m|500m|5b>` for the published data and
 `yambda-synthetic-<size>-seed<seed>` for generated data (`...-storage`: the storage content, the
 same files made fast with nothing to learn).
+
+A data root may be `s3://bucket/prefix`: the directories below are then `ObjectPath`s, which a
+trainer reads (`processed/` only) but never writes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import pathlib
 import re
 
 from common.data.generation import LEARNABLE, STORAGE
+from common.object_store.location import ObjectPath, data_location
+
+# a dataset directory on local disk, or a prefix in an object store (`s3://bucket/prefix`)
+Location = pathlib.Path | ObjectPath
 
 RAW_DIR = "raw"
 PROCESSED_DIR = "processed"
@@ -62,18 +69,18 @@ def parse_dataset_name(name: str) -> dict[str, str | int]:
     )
 
 
-def default_dataset_dir(data_root: str | pathlib.Path, name: str) -> pathlib.Path:
+def default_dataset_dir(data_root: str | pathlib.Path | ObjectPath, name: str) -> Location:
     """The directory of dataset `name` under `data_root` (the name is checked, not created)."""
     parse_dataset_name(name)
-    return pathlib.Path(data_root) / name
+    return data_location(data_root) / name
 
 
-def raw_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:
-    return pathlib.Path(dataset_dir) / RAW_DIR
+def raw_dir(dataset_dir: str | pathlib.Path | ObjectPath) -> Location:
+    return data_location(dataset_dir) / RAW_DIR
 
 
-def processed_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:
-    return pathlib.Path(dataset_dir) / PROCESSED_DIR
+def processed_dir(dataset_dir: str | pathlib.Path | ObjectPath) -> Location:
+    return data_location(dataset_dir) / PROCESSED_DIR
 
 
 def synthetic_truth_dir(dataset_dir: str | pathlib.Path) -> pathlib.Path:

@@ -291,6 +291,13 @@ def stale_reason(dataset_dir: str | pathlib.Path, config: SplitConfig = SplitCon
     return None
 
 
+def published_other_split(processed_dir: Any, config: SplitConfig) -> str | None:
+    """How the split of processed data in an object store (an ObjectPath) differs from `config`'s,
+    or None. There are no raw files beside it to compare with: the build is taken as it is. A
+    missing split_meta.json is the DatasetError that says how to publish one."""
+    return _other_split(fmt.read_meta(processed_dir), config)
+
+
 def other_split(dataset_dir: str | pathlib.Path, config: SplitConfig) -> str | None:
     """When an up-to-date build of these raw files exists with a split other than `config`'s, how
     it differs (a trainer refuses to replace a build someone made on purpose); else None."""

@@ -10,17 +10,24 @@
 
 Everything but the JSON is a plain `.npy` array, opened with `mmap_mode="r"` so that many
 loader workers share one page cache.
+
+The directory may also be an object prefix (`s3://bucket/.../processed`, an `ObjectPath`): then
+the arrays the reader searches or walks as a whole are fetched whole (see `ProcessedData.open`),
+and the event columns and pool rows are `ObjectNpyArray`s, read row-range by row-range.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from common.object_store.location import ObjectPath, data_location
+from common.object_store.npy_array import ObjectNpyArray
 from recommendation_v4.data import schema
 
 FORMAT_VERSION = 1
@@ -63,7 +70,12 @@ def anchor_rows_file(split: str) -> str:
     return f"{split}_anchor_rows.npy"
 
 
-def _how_to_build(processed_dir: pathlib.Path) -> str:
+Location = pathlib.Path | ObjectPath
+
+
+def _how_to_build(processed_dir: Location) -> str:
+    if isinstance(processed_dir, ObjectPath):
+        return how_to_publish(processed_dir.parent)
     return (
         f"build it with `python -m recommendation_v4.data.preprocess --dataset-dir {processed_dir.parent}` "
         "(the raw files come from `python -m recommendation_v4.data.synthetic ...` or "
@@ -71,14 +83,37 @@ def _how_to_build(processed_dir: pathlib.Path) -> str:
     )
 
 
-def read_meta(processed_dir: str | pathlib.Path) -> dict[str, Any]:
-    """split_meta.json of a processed directory, checked for presence and format version."""
-    processed_dir = pathlib.Path(processed_dir)
+def how_to_publish(dataset_dir: ObjectPath) -> str:
+    """How processed data gets into an object store: the trainer never writes there."""
+    return (
+        "a trainer reads an object store but does not generate or preprocess into it: build the dataset on "
+        "local disk (`python -m recommendation_v4.data.synthetic --out DIR` or the raw Yambda files in DIR/raw, "
+        "then `python -m recommendation_v4.data.preprocess --dataset-dir DIR`) and upload it with "
+        f"`common.object_store.publish.publish_tree(DIR, ObjectPath({str(dataset_dir)!r}))` "
+        f"(a synthetic one in one step: `python -m recommendation_v4.data.synthetic --out {dataset_dir}`)"
+    )
+
+
+def _meta_text(processed_dir: Location) -> str | None:
+    """split_meta.json's text, None where there is none (one GET from an object store: no HEAD first)."""
     meta_path = processed_dir / META_FILE
-    if not meta_path.is_file():
+    if isinstance(meta_path, ObjectPath):
+        try:
+            return meta_path.read_text()
+        except FileNotFoundError:
+            return None
+    return meta_path.read_text() if meta_path.is_file() else None
+
+
+def read_meta(processed_dir: str | pathlib.Path | ObjectPath) -> dict[str, Any]:
+    """split_meta.json of a processed directory, checked for presence and format version."""
+    processed_dir = data_location(processed_dir)
+    meta_path = processed_dir / META_FILE
+    text = _meta_text(processed_dir)
+    if text is None:
         raise schema.DatasetError(f"no processed Yambda data at {processed_dir} ({META_FILE} missing): "
                                   + _how_to_build(processed_dir))
-    meta = json.loads(meta_path.read_text())
+    meta = json.loads(text)
     if meta.get("format_version") != FORMAT_VERSION:
         raise schema.DatasetError(
             f"{meta_path} has format version {meta.get('format_version')}, this code reads "
@@ -98,39 +133,98 @@ def load_mapped(path: pathlib.Path, *, processed_dir: pathlib.Path) -> np.ndarra
         ) from error
 
 
+def _unreadable_object(path: ObjectPath, error: Exception, processed_dir: ObjectPath) -> schema.DatasetError:
+    return schema.DatasetError(f"{path}: unreadable processed array ({error}); publish the processed directory "
+                               f"again ({how_to_publish(processed_dir.parent)})")
+
+
+def load_object_whole(path: ObjectPath, *, processed_dir: ObjectPath) -> np.ndarray:
+    """An array of an object store read whole into memory (one GET)."""
+    try:
+        return np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise _unreadable_object(path, error, processed_dir) from error
+
+
+def load_object_rows(path: ObjectPath, *, processed_dir: ObjectPath, sizes: dict[str, int]) -> ObjectNpyArray:
+    """An array of an object store read by row ranges; `sizes` (a LIST of the directory) saves a HEAD each."""
+    size = sizes.get(str(path))
+    if size is None:
+        raise _unreadable_object(path, FileNotFoundError("no such object"), processed_dir)
+    try:
+        return ObjectNpyArray(path, size_bytes=size)
+    except (OSError, ValueError) as error:
+        raise _unreadable_object(path, error, processed_dir) from error
+
+
 @dataclasses.dataclass
 class ProcessedData:
-    """Read-only memory maps of one processed dataset."""
+    """Read-only views of one processed dataset: memory maps on local disk; from an object store,
+    in-memory arrays and ObjectNpyArrays (see `open`)."""
 
-    directory: pathlib.Path
+    directory: pathlib.Path | ObjectPath
     meta: dict[str, Any]
-    events: dict[str, np.ndarray]
+    events: dict[str, np.ndarray | ObjectNpyArray]
     user_uids: np.ndarray
     user_offsets: np.ndarray
-    pool_rows: tuple[np.ndarray, ...]
+    pool_rows: tuple[np.ndarray | ObjectNpyArray, ...]
     session_offsets: np.ndarray
     item_popularity: np.ndarray
     anchor_rows: dict[str, np.ndarray]
 
     @classmethod
-    def open(cls, processed_dir: str | pathlib.Path) -> "ProcessedData":
-        directory = pathlib.Path(processed_dir)
+    def open(cls, processed_dir: str | pathlib.Path | ObjectPath) -> "ProcessedData":
+        directory = data_location(processed_dir)
+        if isinstance(directory, ObjectPath):
+            return cls._open_objects(directory)
         meta = read_meta(directory)
 
         def load(name: str) -> np.ndarray:
             return load_mapped(directory / name, processed_dir=directory)
 
+        return cls._assemble(directory, meta, load, load)
+
+    @classmethod
+    def _open_objects(cls, directory: ObjectPath) -> "ProcessedData":
+        """A processed prefix in an object store: split_meta.json with one GET, then one LIST for
+        the objects' sizes. The format needs user_uids, user_offsets, session_offsets,
+        item_popularity and the anchor rows whole: the reader searches them (searchsorted over the
+        user offsets), filters them as a whole (anchors) or indexes them anywhere, so each is read
+        in one GET and held in memory. The event columns and the pool rows, the bulk of the data,
+        are read by row ranges (ranged GETs of the rows a batch needs); the pool rows are also
+        searched, through ObjectNpyArray.searchsorted's in-memory fences and one block read per
+        query, not by fetching them whole."""
+        meta = read_meta(directory)
+        sizes = {str(path): size for path, size in directory.list()}
+
+        def whole(name: str) -> np.ndarray:
+            return load_object_whole(directory / name, processed_dir=directory)
+
+        def by_rows(name: str) -> ObjectNpyArray:
+            return load_object_rows(directory / name, processed_dir=directory, sizes=sizes)
+
+        return cls._assemble(directory, meta, whole, by_rows)
+
+    @classmethod
+    def _assemble(cls, directory: Location, meta: dict[str, Any], whole: Callable[[str], Any],
+                  by_rows: Callable[[str], Any]) -> "ProcessedData":
+        """The arrays by the way each is read: `whole` for the small index arrays, `by_rows` for the
+        event columns and pool rows (on local disk both are memory maps)."""
         return cls(
             directory=directory,
             meta=meta,
-            events={c: load(f"{EVENTS_DIR}/{c}.npy") for c in EVENT_COLUMNS},
-            user_uids=load("user_uids.npy"),
-            user_offsets=load("user_offsets.npy"),
-            pool_rows=tuple(load(pool_rows_file(p)) for p in range(len(POOL_NAMES))),
-            session_offsets=load("session_offsets.npy"),
-            item_popularity=load("item_popularity.npy"),
-            anchor_rows={s: load(anchor_rows_file(s)) for s in SPLITS},
+            events={c: by_rows(f"{EVENTS_DIR}/{c}.npy") for c in EVENT_COLUMNS},
+            user_uids=whole("user_uids.npy"),
+            user_offsets=whole("user_offsets.npy"),
+            pool_rows=tuple(by_rows(pool_rows_file(p)) for p in range(len(POOL_NAMES))),
+            session_offsets=whole("session_offsets.npy"),
+            item_popularity=whole("item_popularity.npy"),
+            anchor_rows={s: whole(anchor_rows_file(s)) for s in SPLITS},
         )
+
+    @property
+    def in_object_store(self) -> bool:
+        return isinstance(self.directory, ObjectPath)
 
     @property
     def num_events(self) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from common.object_store.location import ObjectPath, data_location
 from retinanet.data.records import ImageRecord, ImageRecordTable
 
 
@@ -140,7 +141,7 @@ def _parse_bbox(entry: dict[str, Any], *, annotations_file: Path, where: str) ->
 
 
 def load_coco_detection_index(
-    annotations_file: str | Path, *, drop_images_without_boxes: bool = False
+    annotations_file: str | Path | ObjectPath, *, drop_images_without_boxes: bool = False
 ) -> CocoDetectionIndex:
     """Parses and validates a COCO detection json.
 
@@ -148,7 +149,7 @@ def load_coco_detection_index(
     (and counted) as the reference does. `drop_images_without_boxes` mirrors the reference's
     training-set filter.
     """
-    annotations_file = Path(annotations_file)
+    annotations_file = data_location(annotations_file)
     if not annotations_file.is_file():
         raise FileNotFoundError(f"annotations file not found: {annotations_file}")
     try:

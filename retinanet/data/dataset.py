@@ -17,6 +17,7 @@ import torch
 
 from common.data.batch_arena import batch_empty
 from common.data.reads import note_reads, note_records
+from common.object_store.location import ObjectPath, data_location
 from retinanet.data import layout
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
@@ -61,13 +62,13 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         self,
         records: Sequence[ImageRecord],
         *,
-        images_dir: str | Path,
+        images_dir: str | Path | ObjectPath,
         categories: CategoryMap,
         settings: LoaderSettings,
         annotations_file: str | Path | None = None,
     ) -> None:
         self.records = records
-        self.images_dir = Path(images_dir)
+        self.images_dir = data_location(images_dir)
         self.categories = categories
         self.settings = settings
         self.annotations_file = annotations_file  # named in errors about the file it describes
@@ -109,7 +110,11 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
 
     def storage_description(self, *, sampled_files: int = 2000) -> dict:
         """The image files of this split (load profile, DLIO export). Sizes come from `sampled_files`
-        files spread over the split, so describing a million-image split stays a quick look."""
+        files spread over the split (200 objects, one HEAD each, in an object store), so describing a
+        million-image split stays a quick look."""
+        in_objects = isinstance(self.images_dir, ObjectPath)
+        if in_objects:
+            sampled_files = min(sampled_files, 200)
         step = max(1, len(self.records) // sampled_files)
         sizes = []
         for record in self.records[::step]:
@@ -120,7 +125,8 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         mean = float(np.mean(sizes)) if sizes else 0.0
         return {
             "format": "jpeg",
-            "access": "read",  # np.fromfile: open, read to the end, close
+            # np.fromfile: open, read to the end, close; in an object store one GET of the whole object
+            "access": "get" if in_objects else "read",
             "root": str(self.images_dir),
             "files": len(self.records),
             "bytes": int(round(mean * len(self.records))),
@@ -152,10 +158,13 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
                 return SkippedSample(path=str(path), reason=str(error), image_size=self.settings.image_size)
             raise
 
-    def _read_and_decode(self, record: ImageRecord, path: Path) -> tuple[torch.Tensor, int]:
+    def _read_and_decode(self, record: ImageRecord, path: Path | ObjectPath) -> tuple[torch.Tensor, int]:
         source = f" (listed in {self.annotations_file})" if self.annotations_file else ""
         try:
-            encoded = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+            if isinstance(path, ObjectPath):  # the whole object, one GET: as a file is read whole
+                encoded = torch.from_numpy(np.frombuffer(bytearray(path.read_bytes()), dtype=np.uint8))
+            else:
+                encoded = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
         except FileNotFoundError as error:
             raise BadImageError(f"{path}: image file is missing{source}") from error
         except OSError as error:
@@ -195,7 +204,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
             samples.append(sample)
         return collate_detection_samples(samples, normalize=dtype == torch.float32, stacked=slots)
 
-    def _load(self, record: ImageRecord, path: Path, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
+    def _load(self, record: ImageRecord, path: Path | ObjectPath, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
         image, num_bytes = self._read_and_decode(record, path)
         settings = self.settings
         flipped = settings.augment and flip_decision(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from common.object_store.location import ObjectPath, data_location
+
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
 SPLITS: tuple[str, ...] = (TRAIN_SPLIT, VALIDATION_SPLIT)
@@ -29,15 +31,15 @@ class SplitPaths:
     """Where one split's images and its COCO json live."""
 
     split: str
-    images_dir: Path
-    annotations_file: Path
+    images_dir: Path | ObjectPath
+    annotations_file: Path | ObjectPath
 
 
-def split_paths(dataset_dir: str | Path, split: str) -> SplitPaths:
-    """Paths of `split` ("train" or "validation") under `dataset_dir`."""
+def split_paths(dataset_dir: str | Path | ObjectPath, split: str) -> SplitPaths:
+    """Paths of `split` ("train" or "validation") under `dataset_dir` (a directory or an s3:// prefix)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    split_dir = Path(dataset_dir) / split
+    split_dir = data_location(dataset_dir) / split
     return SplitPaths(
         split=split,
         images_dir=split_dir / IMAGES_DIRNAME,

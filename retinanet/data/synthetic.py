@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
     args = parser.parse_args(argv)
+    if generation.writes_to_objects(args):
+        return generation.generate_to_objects(main, argv, args)
     overrides = {
         key: value
         for key, value in (

@@ -1,0 +1,77 @@
+"""FLUX.1's Arrow shards in an S3 bucket: generated into it through the generator's command line,
+read back in byte ranges (the stream's metadata at open, then one ranged GET per cell), batch for
+batch the same as from the directory the same command wrote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from common.data.reads import recording
+from common.object_store.location import ObjectPath
+from common.object_store.requests import GET, RANGED_GET, process_tally
+from flux.data.schema import FluxDataError
+from flux.data.splits import open_splits
+from flux.data.synthetic import main as generate_main
+
+# several record batches per shard and several shards: the walk over the stream's messages and the
+# shard lookup both matter
+GENERATE = ["--size", "tiny", "--seed", "2", "--num-train", "40", "--num-validation", "6", "--rows-per-shard", "16",
+            "--no-progress"]
+
+
+def _same_batch(a, b) -> None:
+    for name in ("t5", "clip", "mean", "logvar", "sample_ids"):
+        assert torch.equal(getattr(a, name).view(torch.int16) if getattr(a, name).dtype == torch.bfloat16
+                           else getattr(a, name), getattr(b, name).view(torch.int16)
+                           if getattr(b, name).dtype == torch.bfloat16 else getattr(b, name)), name
+    assert (a.timestep is None) == (b.timestep is None)
+    if a.timestep is not None:
+        assert torch.equal(a.timestep, b.timestep)
+    assert a.num_bytes == b.num_bytes
+
+
+def test_generated_into_a_bucket_and_read_in_ranges_gives_the_same_batches(object_endpoint, tmp_path):
+    local = tmp_path / "local"
+    assert generate_main([*GENERATE, "--out", str(local)]) == 0
+    assert generate_main([*GENERATE, "--out", "s3://data/flux/tiny"]) == 0
+    bucket_dir = tmp_path / "s3" / "data" / "flux" / "tiny"
+    local_files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file() and not p.name.startswith("."))
+    assert local_files == sorted(p.relative_to(bucket_dir) for p in bucket_dir.rglob("*") if p.is_file())
+    for relpath in local_files:
+        assert (local / relpath).read_bytes() == (bucket_dir / relpath).read_bytes(), relpath
+
+    from_path = open_splits(local, readahead=False)
+    from_store = open_splits(ObjectPath("s3://data/flux/tiny"))
+    assert len(from_store.train) == 40 and from_store.train.shapes == from_path.train.shapes
+    assert torch.equal(from_store.empty.t5.view(torch.int16), from_path.empty.t5.view(torch.int16))
+    before = process_tally()
+    for indices in (np.array([0, 1, 2]), np.array([39, 17, 5, 16, 31]), np.array([39, 17, 5, 16, 31])):
+        with recording() as reads:
+            batch = from_store.train.get_batch(indices)
+        _same_batch(from_path.train.get_batch(indices), batch)
+        asked = reads[0].requests.to_json()
+        assert GET not in asked
+        assert asked[RANGED_GET]["requests"] >= 4 * len(indices)  # the first use of a shard also scans it
+    # once its shards are open, a sample is its four tensor cells: four ranged GETs of exactly its bytes
+    assert asked[RANGED_GET]["requests"] == 4 * len(indices)
+    assert asked[RANGED_GET]["bytes"] == batch.num_bytes == reads[0].read_bytes
+    _same_batch(from_path.validation.get_batch(np.arange(6)), from_store.validation.get_batch(np.arange(6)))
+    assert np.array_equal(from_store.validation.timesteps(), from_path.validation.timesteps())
+    assert from_store.train.key(17) == from_path.train.key(17)
+    description = from_store.train.storage_description()
+    assert description["access"] == "ranged_get" and description["files"] == 3
+    assert description["bytes"] == sum((local / "train" / p.name).stat().st_size for p in from_path.train.shard_paths)
+    assert description["open_requests"]["LIST"]["requests"] >= 1
+    # opening the store read the streams' metadata, not their bodies
+    assert from_store.train.open_requests.to_json()[RANGED_GET]["bytes"] < description["bytes"] / 2
+    assert process_tally().minus(before).total > 0
+
+
+def test_a_truncated_shard_in_the_bucket_is_a_data_error_naming_it(object_endpoint, tmp_path):
+    assert generate_main([*GENERATE, "--out", "s3://data/flux/tiny"]) == 0
+    shard = sorted((tmp_path / "s3" / "data" / "flux" / "tiny" / "train").glob("*.arrow"))[1]
+    shard.write_bytes(shard.read_bytes()[:5000])
+    with pytest.raises(FluxDataError, match=f"s3://data/flux/tiny/train/{shard.name}"):
+        open_splits(ObjectPath("s3://data/flux/tiny"))
