@@ -38,7 +38,9 @@ Written to --out (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>):
 data for the run's workload, the data is dropped from the page cache, and DLIO trains on it at
 the run's world size with the compute time the run measured. Its data must be on the storage
 under test: by default under --out when that is on the dataset's filesystem, else give
---dlio-work-dir there.
+--dlio-work-dir there. For data in an object store (data_root = "s3://..."), DLIO 3.0.x's
+object mode runs instead (storage.dlio.object_replay: s3dlio, DLIO's data in the same bucket,
+through the same endpoint; needs the .venv-dlio3 env).
 """
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
                              "--work): MPI reaches them with storage/host/emulated_host_ssh instead of ssh")
     parser.add_argument("--master-addr", default=None,
                         help="where rank 0 listens (default: the first host's address)")
-    parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold")
+    parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold (3.0.x's object mode for s3:// data)")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
                              "when --out is there)")
@@ -332,7 +334,8 @@ class Sweep:
             self.dlio_root = dlio_work_root(self.args.dlio_work_dir, out=self.out, dataset=dataset_root(run_dir))
         figures, details = dlio_point(run_dir, n=n, work=self.dlio_root / f"n{n}", au_threshold=point.au_threshold,
                                       timeout_s=self.args.timeout_s, launcher=self.launcher)
-        print(f"[sweep] {n} x DLIO 2.0.0: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
+        label = "DLIO 3.0.x (object mode)" if details.get("dlio") == "3.0" else "DLIO 2.0.0"
+        print(f"[sweep] {n} x {label}: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
         return dataclasses.replace(point, dlio=figures, dlio_run=details)
 
@@ -385,7 +388,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 1
     threshold = document["au_threshold"]
     if document["dlio_headline"] is not None:
-        print(f"[sweep] DLIO 2.0.0: {headline_text(document['dlio_headline'], threshold)}", flush=True)
+        print(f"[sweep] {document['dlio_label']}: {headline_text(document['dlio_headline'], threshold)}", flush=True)
         print(f"[sweep] {_answers_line(document)}", flush=True)
     print(f"[sweep] {args.benchmark} on {args.accelerator}: {headline_text(document['headline'], threshold)} -> {out}",
           flush=True)

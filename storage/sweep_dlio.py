@@ -1,5 +1,6 @@
 """The sweep's DLIO side (storage.sweep --dlio): where DLIO's data goes, and one count replayed with
-DLIO 2.0.0, cold, over the same hosts."""
+DLIO 2.0.0, cold, over the same hosts; for data in an object store, with DLIO 3.0.x's object mode
+(s3dlio) against the same endpoint and bucket (2.0.0 has no working object mode)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from common.object_store.location import is_object_url
 from storage.sweep_launch import Launcher
 from storage.sweep_rules import Figures, PointFailed, SweepError
 
@@ -20,20 +22,25 @@ def _filesystem(path: Path) -> int:
     return os.stat(path).st_dev
 
 
-def dataset_root(run_dir: Path) -> Path:
-    """The dataset a run read, as its load profile records it."""
+def dataset_root(run_dir: Path) -> Path | str:
+    """The dataset a run read, as its load profile records it (an s3:// URL stays a string)."""
     from storage.load_profile.session import PROFILE_FILE
 
     path = run_dir / PROFILE_FILE
     try:
-        return Path(json.loads(path.read_text())["dataset"]["root"])
+        root = str(json.loads(path.read_text())["dataset"]["root"])
+        return root if is_object_url(root) else Path(root)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SweepError(f"{path}: no dataset root in the load profile ({error!r}); "
                          "--dlio needs it to put DLIO's data on the same storage") from None
 
 
-def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path) -> Path:
-    """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage."""
+def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path | str) -> Path:
+    """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage. For
+    a dataset in an object store, DLIO's data goes into its bucket (storage.dlio.object_replay) and
+    this folder holds only DLIO's configuration, logs and results."""
+    if is_object_url(dataset):
+        return (requested / out.name) if requested is not None else out / "dlio-work"
     if requested is not None:
         if _filesystem(requested) != _filesystem(dataset):
             print(f"[sweep] warning: --dlio-work-dir {requested} is not on the filesystem of the dataset {dataset}: "
@@ -77,9 +84,15 @@ def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeou
                        launcher_exec=launcher.launcher_exec, env=launcher.extra_env)
     try:
         export(run_dir)
-        result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=_evict_before_training(evictions),
-                        mpi=mpi)
-    except (ExportError, ReplayError, DlioEnvError, PageCacheError) as error:
+        if is_object_url(dataset_root(run_dir)):  # nothing to evict: DLIO reads the endpoint, as ours did
+            from storage.dlio.object_replay import object_replay
+
+            result = object_replay(run_dir, work_dir=work, tag=f"{work.parent.parent.name}-{work.name}",
+                                   timeout_s=timeout_s, mpi=mpi)
+        else:
+            result = replay(run_dir, work_dir=work, timeout_s=timeout_s,
+                            before_train=_evict_before_training(evictions), mpi=mpi)
+    except (ExportError, ReplayError, DlioEnvError, PageCacheError, OSError) as error:
         raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
     au = float(result.replayed["au"])
     figures = Figures(accelerators=n, au_mean=au, passed=au >= au_threshold,
@@ -87,4 +100,5 @@ def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeou
                       mb_per_s=float(result.replayed["mb_per_s"]))
     details = {"result": str(result.result_path), "work_dir": str(work), "seconds": result.seconds,
                "eviction": evictions[0] if evictions else None, "commands": result.commands}
+    details["dlio"] = result.dlio
     return figures, details

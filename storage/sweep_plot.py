@@ -53,9 +53,11 @@ def _percent(value: float | None) -> float | None:
 
 
 def _plot_au(ax, points: Sequence[Point]) -> None:
+    from storage.sweep_rules import dlio_label
+
     _line(ax, points, lambda p: _percent(p.figures.au_mean), "o-", "AU mean")
     _line(ax, points, lambda p: _percent(p.figures.au_min), "v:", "AU min (rank)", alpha=0.6)
-    _line(ax, points, lambda p: _percent(p.dlio.au_mean) if p.dlio else None, "s--", "DLIO 2.0.0 AU")
+    _line(ax, points, lambda p: _percent(p.dlio.au_mean) if p.dlio else None, "s--", f"{dlio_label(points)} AU")
     if points:
         ax.axhline(points[0].au_threshold * 100, color="k", lw=1, ls="--",
                    label=f"threshold {bar(points[0].au_threshold)}")
@@ -64,8 +66,10 @@ def _plot_au(ax, points: Sequence[Point]) -> None:
 
 
 def _plot_mb(ax, points: Sequence[Point]) -> None:
+    from storage.sweep_rules import dlio_label
+
     _line(ax, points, lambda p: p.figures.mb_per_s, "o-", "MB/s asked (loaders)")
     _line(ax, points, lambda p: p.figures.device_mb_per_s, "^-", "MB/s from the device")
-    _line(ax, points, lambda p: p.dlio.mb_per_s if p.dlio else None, "s--", "DLIO 2.0.0 MB/s")
+    _line(ax, points, lambda p: p.dlio.mb_per_s if p.dlio else None, "s--", f"{dlio_label(points)} MB/s")
     ax.set_ylabel("MB/s (1e6 B)")
     _legend(ax, loc="upper left")

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from storage.sweep_hosts import hosts_table, plot_host
 from storage.sweep_plot import bar as _bar
 from storage.sweep_plot import plot
-from storage.sweep_rules import Figures, Point, headline, up_to_first_failure
+from storage.sweep_rules import Figures, Point, dlio_label, headline, up_to_first_failure
 
 FORMAT = "mlperf-emulation-sweep"
 VERSION = 1
@@ -40,8 +40,10 @@ def markdown_table(points: Sequence[Point]) -> str:
     """One row per count: our figures, then DLIO's when any point has them."""
     with_dlio = any(p.dlio is not None for p in points)
     with_cache = any(p.figures.page_cache_bytes is not None for p in points)
+    with_objects = any(p.figures.object_requests_per_s is not None for p in points)
     header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
               "device IOPS", "client CPU"] + (["page cache MB"] if with_cache else []) + \
+        (["GET/s", "GETs/sample", "B/GET", "GET ms"] if with_objects else []) + \
         (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for point in points:
@@ -51,6 +53,9 @@ def markdown_table(points: Sequence[Point]) -> str:
                _number(f.device_read_iops, ",.0f"), _cpu(f)]
         if with_cache:
             row.append(_number(None if f.page_cache_bytes is None else f.page_cache_bytes / 1e6, ",.1f"))
+        if with_objects:
+            row += [_number(f.object_requests_per_s, ",.1f"), _number(f.object_requests_per_sample, ",.2f"),
+                    _number(f.object_bytes_per_request, ",.0f"), _number(f.object_latency_ms, ",.1f")]
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
@@ -82,6 +87,7 @@ def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], fail
                    for p in points],
         "headline": ours,
         "dlio_headline": dlio,
+        "dlio_label": dlio_label(points) if settings.get("dlio") else None,
         # DLIO's answer over ours (None where either is 0): how far DLIO's replay overstates (> 1) what the
         # real loader gets from the same storage
         "dlio_over_ours": (dlio["accelerators"] / ours["accelerators"]
@@ -103,6 +109,10 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
         counts_text = ", ".join(map(str, saturated))
         lines.append(f"\nThe client's CPUs were >= 90% busy at {counts_text} accelerators: there the "
                      "client host, not the storage, may have been the limit.")
+    if any(p.figures.object_requests_per_s is not None for p in points):
+        lines.append("\nThe data is in an object store: GET/s, GETs/sample, B/GET and GET ms are the loaders' GETs and "
+                     "ranged GETs (requests per second, per sample, mean bytes and mean latency to the last byte; "
+                     "load_profile.json 'object_requests' has them by kind with their histograms).")
     if document.get("client_host_memory_in_gb"):
         lines.append(f"\nEach host's ranks and loader workers held to {document['client_host_memory_in_gb']:g} GiB of "
                      "client memory, page cache included (page cache MB: what it held at the end of the point).")
@@ -117,7 +127,8 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
                   hosts_table([(p.figures.accelerators, p.hosts) for p in points])]
     if document["dlio_headline"] is not None:
         bound = " (every count run passed)" if document["dlio_headline"]["lower_bound"] else ""
-        lines.append(f"\n**DLIO 2.0.0**: {headline_text(document['dlio_headline'], threshold)}{bound}; "
+        lines.append(f"\n**{document.get('dlio_label', 'DLIO 2.0.0')}**: "
+                     f"{headline_text(document['dlio_headline'], threshold)}{bound}; "
                      "MB/s = samples/s x the bytes a sample costs on disk; IOPS not measured.")
         lines.append(f"\n{_answers_line(document)}")
     if document["failure"]:
@@ -131,7 +142,7 @@ def _answers_line(document: Mapping[str, Any]) -> str:
     ratio = document.get("dlio_over_ours")
     ratio_text = f"DLIO's answer is {ratio:.2f}x ours" if ratio is not None else "no ratio (an answer is 0)"
     more = " (or more: it never failed)" if document["dlio_headline"]["lower_bound"] else ""
-    return f"Answers: ours {ours}, DLIO 2.0.0 {dlio}{more}; {ratio_text}."
+    return f"Answers: ours {ours}, {document.get('dlio_label', 'DLIO 2.0.0')} {dlio}{more}; {ratio_text}."
 
 
 def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],

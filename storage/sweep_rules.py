@@ -33,6 +33,11 @@ class Figures:
     client_cpu_busy: float | None = None  # the busiest host's CPUs over the timed steps, 0-1
     client_cpu_saturated: bool | None = None  # >= 90%: the client's CPU, not the storage, was the limit
     page_cache_bytes: int | None = None  # what the client memory's page cache held at the end (cgroup)
+    # data in an object store: the loaders' GETs and ranged GETs
+    object_requests_per_s: float | None = None
+    object_requests_per_sample: float | None = None
+    object_bytes_per_request: float | None = None
+    object_latency_ms: float | None = None  # mean, from asking to the last byte
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +48,12 @@ class Point:
     dlio: Figures | None = None
     dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
     hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep_hosts.host_summaries)
+
+
+def dlio_label(points: Sequence[Point]) -> str:
+    """Which DLIO the sweep ran beside ours: 2.0.0 for files, 3.0.x's object mode for an object store."""
+    object_mode = any((p.dlio_run or {}).get("dlio") == "3.0" for p in points)
+    return "DLIO 3.0.x (object mode, s3dlio)" if object_mode else "DLIO 2.0.0"
 
 
 def counts(max_accelerators: int) -> list[int]:
@@ -112,4 +123,8 @@ def figures_of_report(report: Mapping[str, Any]) -> Figures:
                    device_read_iops=storage.get("device_read_iops"),
                    client_cpu_busy=max(busy) if busy else None,
                    client_cpu_saturated=report.get("client_cpu_saturated") if busy else None,
-                   page_cache_bytes=sum(caches) if caches else None)
+                   page_cache_bytes=sum(caches) if caches else None,
+                   object_requests_per_s=storage.get("object_requests_per_s"),
+                   object_requests_per_sample=storage.get("object_requests_per_sample"),
+                   object_bytes_per_request=storage.get("object_bytes_per_request"),
+                   object_latency_ms=storage.get("object_latency_ms"))

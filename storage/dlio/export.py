@@ -9,6 +9,8 @@ Written under `RUN_DIR/dlio/`:
                                            <model> run -at X` picks, with X's compute time
     mlperf_storage/<model>_datagen_measured.yaml  the matching data generation workload (a name
                                            that never replaces the published <model>_datagen.yaml)
+    mlperf_storage/<name>_object.yaml      the same workload and its datagen against an object store
+    mlperf_storage/<model>_datagen_measured_object.yaml  (storage_type s3: storage.dlio.object_workload)
     mlperf_storage/MLPSTORAGE.md           the command lines of today's mlpstorage CLI for it, per mode
                                            the model may run in (whatif; closed/open for retinanet, with
                                            only the --params those allow)
@@ -34,6 +36,7 @@ from common import registry
 from common.spec import StorageWorkload
 from storage.compute_times import ComputeTime, ComputeTimeError, lookup
 from storage.dlio.mlpstorage_commands import commands_text
+from storage.dlio.object_workload import storage_section
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
 
@@ -345,8 +348,18 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
     commands = commands_text(model=model, workload_file=f"{name}.yaml", datagen_file=f"{model}_datagen_measured.yaml",
                              workload=workload, published=ref, accelerator=accelerator and accelerator.strip().lower(),
                              modes=storage.mlpstorage_modes)
+    storage, folder, object_notes = storage_section(profile, model=model)
+    object_dataset = {**dataset, "data_folder": folder}
+    object_workload = {**workload, "storage": storage, "dataset": object_dataset}
+    object_datagen = {**datagen, "storage": storage, "dataset": object_dataset}
     return {
         COMMANDS_FILE: commands,
+        f"{name}_object.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model} in an object store"
+                                             + (f" on {accelerator}" if accelerator else ", measured") + ".",
+                                             lines=[*object_notes, *lines]), object_workload),
+        f"{model}_datagen_measured_object.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for "
+                                                               f"{model} into an object store, measured.",
+                                                               lines=[*object_notes, *datagen_lines]), object_datagen),
         f"{name}.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}"
                                       + (f" on {accelerator}" if accelerator else ", measured") + ".", lines=lines),
                               workload),

@@ -252,7 +252,7 @@ def _hydra_value(path: Path) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, data: Path, out: Path,
+def _dlio_command(python: Path, world_size: int, config_dir: Path, name: str, data: Path | str, out: Path,
                   generate: bool, mpi: MpiHosts | None = None) -> list[str]:
     # `python -m` rather than the dlio_benchmark script: its shebang breaks in long paths; training
     # runs the same main through counted_dlio.py, which only adds each rank's count of its reads

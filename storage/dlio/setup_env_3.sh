@@ -9,13 +9,14 @@
 #   DLIO3_SOURCE=/path/to/DLIO_local_changes bash storage/dlio/setup_env_3.sh
 #
 # dlio_benchmark is installed from that source --no-deps: its metadata also asks for
-# nvidia-dali-cuda120, torchaudio, torchvision, the full `tensorflow`, s3torchconnector and s3dlio,
-# none of which a pytorch-loader run on CPU imports. What it does import is installed explicitly,
+# nvidia-dali-cuda120, torchaudio, torchvision, the full `tensorflow` and s3torchconnector, none
+# of which a pytorch-loader run on CPU imports. What it does import is installed explicitly,
 # every version pinned (PINS below, passed as a constraints file to each step so a step cannot
 # drift a package another pinned): the 2.0.0 env's pins, plus dgen-py (3.0.x's data generators),
-# pyarrow (its parquet reader and generator), zstandard (dgen-py's one dependency) and pydftracer
-# 2.x (3.0.x asks for >=2.0.2; 2.0.6 is PyPI's newest release). MPI comes from PyPI's `mpich`
-# wheel, as in the 2.0.0 env.
+# pyarrow (its parquet reader and generator), zstandard (dgen-py's one dependency), pydftracer
+# 2.x (3.0.x asks for >=2.0.2; 2.0.6 is PyPI's newest release) and s3dlio (its object mode's
+# client, in the MLPerf Storage v3.0 range 0.9.106-0.9.112). MPI comes from PyPI's `mpich` wheel,
+# as in the 2.0.0 env.
 #
 # Two patches (see below): the 2.0.0 env's per-sample debug f-string that formats the whole sample
 # index map is removed, and a 3.0.x NameError that kills rank 0's workers with a reader plugin is fixed.
@@ -156,6 +157,7 @@ pyyaml==6.0.3
 dgen-py==0.3.0
 pyarrow==25.0.1
 zstandard==0.25.0
+s3dlio==0.9.112
 # what the packages above pull in, as resolved on 2026-11 (python 3.11, x86_64)
 absl-py==2.5.1
 antlr4-python3-runtime==4.9.3
@@ -228,6 +230,9 @@ step pydftracer
 step hydra-core omegaconf
 step pandas psutil h5py pillow pyyaml
 step dgen-py zstandard pyarrow
+# the object-storage client DLIO 3.0.x's object mode runs with (storage_library: s3dlio, the one
+# mlpstorage picks by default): its S3 reads, listing and uploads (storage.dlio.object_replay)
+step --no-deps s3dlio
 step setuptools wheel
 
 # dlio_benchmark itself, built from the staged source with the env's own (pinned) setuptools

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from common.config.checks import ConfigError
+from common.object_store.location import is_object_url
 from common.distributed.collectives import barrier, gather_objects
 from common.run.benchmark import DataPlan, RunContext, TrainingPlan
 from common.run.events import Save
@@ -142,8 +143,10 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
                      f"step of {local_batch} samples ({compute['source']}); {len(schedule.windows)} window(s); "
                      f"no evaluation, {_checkpoint_text(accelerator.settings, spec)}"))
     client = hold_to_client_memory(ctx, accelerator.settings.client_host_memory_in_gb)
-    cold = _cold_start(ctx, accelerator.settings, data.data_dirs)
-    memory = _memory_check(ctx, data.data_dirs, client)
+    # data in an object store has no page cache here to evict or to compare with the memory
+    local_dirs = [d for d in data.data_dirs if not is_object_url(d)]
+    cold = _cold_start(ctx, accelerator.settings, local_dirs) if local_dirs else None
+    memory = _memory_check(ctx, local_dirs, client) if local_dirs else None
     series = _start_host_series(ctx, accelerator.settings, client)
     checkpoints = _checkpoints(ctx, accelerator.settings, spec, on_save=checkpoint_saved)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,

@@ -60,6 +60,7 @@ def storage_figures(profile: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
         "read_iops": _per_second(reads["count"], wall),
         "device_mb_per_s": None if loop_bytes is None else loop_bytes / wall / 1e6 if wall > 0 else None,
         "device_read_iops": _per_second(loop_reads, wall),
+        **_object_request_rates(profile.get("object_requests"), wall),
     }
     per_sample = {
         "logical": totals.get("bytes_per_sample"),
@@ -155,6 +156,19 @@ def _client_text(report: Mapping[str, Any]) -> str:
         parts.append(f"page cache {held[0]['cache_bytes'] / 1e6:,.1f} MB of {held[0]['limit_bytes'] / 2**30:g} GiB "
                      "client memory")
     return "".join(f"; {p}" for p in parts)
+
+
+def _object_request_rates(requests: Mapping[str, Any] | None, wall: float) -> dict[str, Any]:
+    """For data in an object store: the loaders' data requests (GET and ranged GET) per second and
+    per sample, their mean size and latency; nothing for file data."""
+    if not requests:
+        return {}
+    kinds = [entry for kind, entry in requests["by_kind"].items() if kind in ("GET", "ranged GET")]
+    count = sum(e["requests"] for e in kinds)
+    return {"object_requests_per_s": _per_second(count, wall),
+            "object_requests_per_sample": requests["requests_per_sample"],
+            "object_bytes_per_request": requests["bytes_per_request"],
+            "object_latency_ms": 1e3 * sum(e["seconds"] for e in kinds) / count if count else None}
 
 
 def verdict_line(report: Mapping[str, Any]) -> str:

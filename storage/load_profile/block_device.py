@@ -18,6 +18,8 @@ import platform
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from common.object_store.location import is_object_url
+
 DISKSTATS = Path("/proc/diskstats")
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SECTOR_BYTES = 512  # diskstats counts 512 B sectors whatever the device's own sector size
@@ -91,6 +93,9 @@ class DeviceReads:
         self.paths: dict[str, str] = {}  # device -> the first data directory found on it
         self.unavailable: list[str] = [] if data_dirs else ["no data directory given"]
         for directory in data_dirs:
+            if is_object_url(directory):
+                self.unavailable.append(f"{directory} is in an object store: no local block device serves it")
+                continue
             name, reason = find_block_device(directory)
             if name is None:
                 self.unavailable.append(reason)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from common.data.byte_ranges import ByteRanges
-from storage.load_profile import block_device
+from storage.load_profile import block_device, object_requests
 from storage.load_profile.profiler import FORMAT, VERSION, WARMUP_STEPS
 from storage.load_profile.stats import Distribution, summarize
 
@@ -172,6 +172,8 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             "opened_file_bytes": opened_bytes,  # the sizes of those files (None: some unknown)
             "samples_per_file_opened": samples_read / len(files) if files else None,
         },
+        "object_requests": object_requests.merged(parts, samples=samples_read),
+        "object_store": object_requests.endpoint_of(dataset),
         "storage_io": {
             "note": "read_bytes: bytes the kernel fetched from storage for the trainer and its loader workers "
                     "(0 when the page cache held the data); rchar: bytes returned by read calls (mmap reads "
@@ -203,7 +205,8 @@ def summary_line(profile: dict[str, Any]) -> str:
     return (f"[load] {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s, "
             f"{t['bytes_per_sample']:,.0f} B/sample{_unique_note(profile)}, AU {t['au']:.1%}, step: compute "
             f"{compute.get('mean', 0) * 1e3:.1f} ms + data wait {wait.get('mean', 0) * 1e3:.2f} ms; "
-            f"{reads['files_opened']} files, reads {reads['mean_size']:,.0f} B avg, {access}")
+            f"{reads['files_opened']} files, reads {reads['mean_size']:,.0f} B avg, {access}"
+            f"{object_requests.summary(profile.get('object_requests'))}")
 
 
 def _unique_note(profile: dict[str, Any]) -> str:

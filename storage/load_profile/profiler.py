@@ -26,6 +26,7 @@ import numpy as np
 
 from common.data.byte_ranges import ByteRanges
 from common.data.reads import SIZE_BUCKETS, BatchReads, process_io
+from common.object_store.requests import RequestTally
 from storage.load_profile.stats import Distribution
 
 FORMAT = "mlperf-load-profile"
@@ -79,6 +80,7 @@ class LoadProfiler:
         self.files: set[int] = set()
         self.file_sizes: dict[int, int | None] = {}  # of the files opened: what a readahead may bring in whole
         self.ranges = ByteRanges()
+        self.requests = RequestTally()  # object-store requests (s3:// data)
         self.worker_io: dict[int, tuple[int, int] | None] = {}
         self.checkpoints: list[dict[str, float]] = []
         self._main_io_start = process_io()
@@ -105,6 +107,8 @@ class LoadProfiler:
                 self.files.add(file_id)
                 self.file_sizes[file_id] = _file_size(path)
         self.ranges.update(reads.ranges)
+        if reads.requests is not None:
+            self.requests.merge(reads.requests)
         self.worker_io[reads.pid] = reads.io
 
     # --------------------------------------------------------------- from the loop
@@ -170,6 +174,7 @@ class LoadProfiler:
                 "file_ids": sorted(self.files),
                 "file_sizes": [self.file_sizes.get(f) for f in sorted(self.files)],
                 "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered
+                "object_requests": self.requests.to_json() if self.requests.total else None,
             },
             "storage_io": {"trainer": main_delta, "workers": workers},
             "block_device": block_device,

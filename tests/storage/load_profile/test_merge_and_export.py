@@ -62,7 +62,8 @@ def test_export_writes_both_schemas(tmp_path):
     run = _run_dir(tmp_path, profile)
     written = export(run)
     assert sorted(p.name for p in written) == ["MLPSTORAGE.md", "retinanet_datagen_measured.yaml",
-                                               "retinanet_measured.yaml", "retinanet_replay.yaml"]
+                                               "retinanet_datagen_measured_object.yaml", "retinanet_measured.yaml",
+                                               "retinanet_measured_object.yaml", "retinanet_replay.yaml"]
     storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
     assert storage["model"] == {"name": "retinanet", "type": "cnn"}
     assert storage["dataset"]["record_length_bytes"] == RECORD + 150 and storage["dataset"]["format"] == "jpeg"
@@ -147,7 +148,8 @@ def test_the_replay_sleeps_the_build_time_the_loader_was_not_waiting_for_storage
 def test_an_accelerator_export_is_the_file_mlpstorage_picks_with_that_accelerators_step(tmp_path):
     run = _run_dir(tmp_path, known_profile(world_size=1))
     names = sorted(p.name for p in export(run, accelerator="B200", dataset_scale=None))
-    assert names == ["MLPSTORAGE.md", "retinanet_b200.yaml", "retinanet_datagen_measured.yaml", "retinanet_replay.yaml"]
+    assert names == ["MLPSTORAGE.md", "retinanet_b200.yaml", "retinanet_b200_object.yaml",
+                     "retinanet_datagen_measured.yaml", "retinanet_datagen_measured_object.yaml", "retinanet_replay.yaml"]
     storage = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_b200.yaml").read_text())
     assert storage["reader"]["batch_size"] == 24 and storage["train"]["computation_time"] == pytest.approx(0.04755)
     assert storage["metric"]["au"] == 0.85
@@ -364,3 +366,27 @@ def test_with_two_ranks_the_replay_computes_what_the_rank_that_waited_least_comp
     assert mean == pytest.approx((64.7 - 44.3) / 48)  # 0.425 s, not the 0.546 s mean over both ranks
     steady, _ = _step_compute(profile)
     assert steady == pytest.approx(min(64.7 / 48 - 44.3 / 45, 64.6 / 48 - 33.0 / 45))
+
+
+def test_the_object_variant_names_the_bucket_and_endpoint_a_run_read_and_no_credential(tmp_path):
+    """A run that read s3://: DLIO's object mode is told its bucket, endpoint and library; the files workload
+    is unchanged, and the requests the trainer made per sample are written beside it."""
+    profile = known_profile(world_size=1)
+    profile["dataset"] = {**profile["dataset"], "root": "s3://training/sets/retinanet/train/data"}
+    profile["object_store"] = {"endpoint_url": "http://127.0.0.1:9000", "region": "us-east-1"}
+    profile["object_requests"] = {"requests_per_sample": 1.0, "bytes_per_request": 10331.0, "by_kind": {
+        "GET": {"requests": 32, "bytes_per_request": 10331.0, "latency_ms_mean": 1.9}}}
+    run = _run_dir(tmp_path, profile)
+    export(run)
+    files = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_measured.yaml").read_text())
+    text = (run / "dlio/mlperf_storage/retinanet_measured_object.yaml").read_text()
+    variant = yaml.safe_load(text)
+    assert variant["storage"] == {"storage_type": "s3", "storage_root": "training", "storage_options": {
+        "storage_library": "s3dlio", "endpoint_url": "http://127.0.0.1:9000", "region": "us-east-1"}}
+    assert variant["dataset"]["data_folder"] == "sets/dlio/retinanet/"
+    assert {k: v for k, v in variant["dataset"].items() if k != "data_folder"} == \
+        {k: v for k, v in files["dataset"].items() if k != "data_folder"}
+    assert "storage" not in files and "1.00 data requests per sample of 10,331 B" in text
+    assert "secret" not in text.lower().replace("aws_secret_access_key", "")
+    datagen = yaml.safe_load((run / "dlio/mlperf_storage/retinanet_datagen_measured_object.yaml").read_text())
+    assert datagen["storage"] == variant["storage"] and datagen["workflow"]["generate_data"] is True
