@@ -18,30 +18,24 @@ import json
 import shutil
 from pathlib import Path
 
-import yaml
-
 from common.object_store import client
 from common.object_store.location import ObjectPath
 from storage.dlio import replay as replay_module
 from storage.dlio.dlio_env import ensure_dlio3_env
-from storage.dlio.export import EXPORT_DIR, ExportError, mlperf_storage_workloads
+from storage.dlio.export import EXPORT_DIR
 from storage.dlio.object_workload import PLACEHOLDER_BUCKET, PLACEHOLDER_ENDPOINT
+from storage.dlio.storage_workload_replay import measured_workload
 
 RESULT_FILE = "replay_object_result_dlio3.json"
 
 
 def _object_workload(profile: dict) -> tuple[str, str, dict]:
-    try:
-        texts = mlperf_storage_workloads(profile, accelerator=None, dataset_scale=None)
-    except (ExportError, KeyError, TypeError, ZeroDivisionError) as error:
-        raise replay_module.ReplayError(f"its MLPerf Storage workload cannot be written ({error})") from None
-    name = next(n.removesuffix(".yaml") for n in texts if n.endswith("_measured_object.yaml") and "_datagen_" not in n)
-    workload = yaml.safe_load(texts[f"{name}.yaml"])
+    name, text, workload = measured_workload(profile, variant="_object", world=profile["world_size"])
     storage = workload["storage"]
     if storage["storage_root"] == PLACEHOLDER_BUCKET or storage["storage_options"]["endpoint_url"] == PLACEHOLDER_ENDPOINT:
         raise replay_module.ReplayError("the run read files, not an object store: DLIO's object mode needs a run whose "
                                         "data_root was s3://bucket/prefix")
-    return name, texts[f"{name}.yaml"], workload
+    return name, text, workload
 
 
 def _remove_prefix(prefix: ObjectPath) -> None:
@@ -62,8 +56,6 @@ def object_replay(run_dir: Path, *, work_dir: Path | None = None, tag: str = "re
         raise replay_module.ReplayError(f"{run_dir}: {error}") from None
     dataset, storage = workload["dataset"], workload["storage"]
     files, per_file = int(dataset["num_files_train"]), int(dataset["num_samples_per_file"])
-    if files < world:
-        raise replay_module.ReplayError(f"{name}.yaml: {files} files for {world} ranks: nothing to read on some ranks")
     python = ensure_dlio3_env()
     work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / "replay-object-dlio3"
     config, gen_out, train_out = work / "config", work / "generate", work / "train"
@@ -80,6 +72,15 @@ def object_replay(run_dir: Path, *, work_dir: Path | None = None, tag: str = "re
                                                         * workload["train"]["computation_time"])
     commands = {"generate": replay_module._dlio_command(python, world, config, name, folder, gen_out, True),
                 "train": replay_module._dlio_command(python, world, config, name, folder, train_out, False, mpi)}
+    # 3.0.x refuses more steps than one pass over its files holds: a run that read its data more than
+    # once (short datasets, many ranks) gets as many more files as its steps need
+    needed = -(-int(workload["train"]["total_training_steps"]) * int(workload["reader"]["batch_size"]) * world
+               // per_file)
+    if needed > files:
+        print(f"[replay] {files} files hold fewer samples than the run's steps read: DLIO gets {needed}", flush=True)
+        files = needed
+        for command in commands.values():
+            command.append(f"++workload.dataset.num_files_train={files}")
     seconds, io = {}, {}
     try:
         print(f"[replay] DLIO 3.0.x generates {name}'s {dataset['format']} data in {prefix} at "
@@ -95,7 +96,7 @@ def object_replay(run_dir: Path, *, work_dir: Path | None = None, tag: str = "re
         print(f"[replay] DLIO 3.0.x runs {name} from {prefix} ({world} rank(s), s3dlio)", flush=True)
         seconds["train"], io["train"] = replay_module._run_dlio(
             commands["train"], python=python, log=work / "train.log", cwd=work, timeout_s=limits[1],
-            what="training emulation", extra_env=env)
+            what="training emulation", extra_env={**env, **dict(mpi.env if mpi else ())})
     finally:
         if not keep_data:
             _remove_prefix(prefix)

@@ -28,6 +28,23 @@ RESULT_FILE = "replay_storage_result_dlio3.json"
 WORK_DIR = "replay-storage-dlio3"
 
 
+def measured_workload(profile: dict, *, variant: str = "", world: int) -> tuple[str, str, dict]:
+    """(name, YAML text, parsed) of the run's measured MLPerf Storage workload at this run's data size;
+    `variant` "_object" is its object-storage form. Refused where a rank would get no file."""
+    try:
+        texts = mlperf_storage_workloads(profile, accelerator=None, dataset_scale=None)
+    except (ExportError, KeyError, TypeError, ZeroDivisionError) as error:
+        raise replay_module.ReplayError(f"its MLPerf Storage workload cannot be written ({error})") from None
+    suffix = f"_measured{variant}.yaml"
+    name = next(n.removesuffix(".yaml") for n in texts if n.endswith(suffix) and "_datagen_" not in n)
+    workload = yaml.safe_load(texts[f"{name}.yaml"])
+    files = int(workload["dataset"]["num_files_train"])
+    if files < world:
+        raise replay_module.ReplayError(f"{name}.yaml: {files} files for {world} ranks (3.0.x gives each rank whole "
+                                        "files): nothing to read on some ranks")
+    return name, texts[f"{name}.yaml"], workload
+
+
 def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
                             timeout_s: float | None = None,
                             before_train: Callable[[Path], None] | None = None) -> replay_module.ReplayResult:
@@ -37,16 +54,11 @@ def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep
     profile = replay_module._read_profile(run_dir)
     world = profile["world_size"]
     try:
-        texts = mlperf_storage_workloads(profile, accelerator=None, dataset_scale=None)
-    except (ExportError, KeyError, TypeError, ZeroDivisionError) as error:
-        raise replay_module.ReplayError(f"{run_dir}: its MLPerf Storage workload cannot be written ({error})") from None
-    name = next(n.removesuffix(".yaml") for n in texts if n.endswith("_measured.yaml") and "_datagen_" not in n)
-    workload = yaml.safe_load(texts[f"{name}.yaml"])
+        name, text, workload = measured_workload(profile, world=world)
+    except replay_module.ReplayError as error:
+        raise replay_module.ReplayError(f"{run_dir}: {error}") from None
     dataset = workload["dataset"]
     files, per_file = int(dataset["num_files_train"]), int(dataset["num_samples_per_file"])
-    if files < world:
-        raise replay_module.ReplayError(f"{name}.yaml: {files} files for {world} ranks (3.0.x gives each rank whole "
-                                        "files): nothing to read on some ranks")
 
     python = ensure_dlio3_env()
     work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / WORK_DIR
@@ -54,7 +66,7 @@ def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep
     for stale in (config, data, gen_out, train_out):
         shutil.rmtree(stale, ignore_errors=True)
     (config / "workload").mkdir(parents=True)
-    (config / "workload" / f"{name}.yaml").write_text(texts[f"{name}.yaml"])
+    (config / "workload" / f"{name}.yaml").write_text(text)
     env = replay_module.dlio3_env(workload)
     limits = (timeout_s, timeout_s) if timeout_s else (300.0 + files * per_file * dataset["record_length_bytes"] / 2e5,
                                                         300.0 + 5.0 * workload["train"]["total_training_steps"]

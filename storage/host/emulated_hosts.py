@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from storage.host.commands import run_checked
+
 AGENT = Path(__file__).with_name("emulated_host_ssh")
 MAX_HOSTS = 250
 _HOST_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -42,10 +44,7 @@ class EmulatedHostsError(RuntimeError):
 
 
 def _run(cmd: Sequence[str], what: str) -> None:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise EmulatedHostsError(f"{what}: {' '.join(cmd)} exited {proc.returncode}: "
-                                 f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+    run_checked(cmd, what, EmulatedHostsError, tail=300)
 
 
 def check_names(hosts: Sequence[str]) -> None:

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
+from storage.host.commands import run_checked
+
 TC_HANDLE, TC_CLASS = "1:", "1:10"
 OWNER_FILE = Path("/run/mlperf-shared-storage.link")
 
@@ -25,11 +27,7 @@ class LoopbackLimitError(RuntimeError):
 
 
 def _run(cmd: Sequence[str], what: str) -> str:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LoopbackLimitError(f"{what}: {' '.join(map(str, cmd))} exited {proc.returncode}: "
-                                 f"{(proc.stderr or proc.stdout).strip()[-400:]}")
-    return proc.stdout
+    return run_checked(cmd, what, LoopbackLimitError)
 
 
 def root_qdisc() -> str:

@@ -46,6 +46,14 @@ def rclone_binary() -> str:
     return found
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies, even by SIGKILL, so
+    a killed test or `serve` leaves no endpoint behind (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
 def free_port(address: str = ADDRESS) -> int:
     with socket.socket() as probe:
         probe.bind((address, 0))
@@ -88,7 +96,7 @@ class ObjectEndpoint:
         env = {**os.environ, "RCLONE_AUTH_KEY": f'"{self.access_key},{self._secret}"'}
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL,
-                                             start_new_session=True)
+                                             start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -151,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="tc on the endpoint's loopback port (root; the default) or rclone's --bwlimit")
     serve.add_argument("--env-file", type=Path, required=True, help="where the client's AWS_* variables go (0600)")
     args = parser.parse_args(argv)
+    stopping: list[int] = []  # handlers first: a SIGTERM right after the first line still stops it cleanly
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.append(1))
     try:
         endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s,
                                   limit_with=args.limit_with).start()
@@ -158,13 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
         return 2
     fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file was there before, with other rights
     with os.fdopen(fd, "w") as out:
         out.write("".join(f"export {k}={v}\n" for k, v in endpoint.env().items()))
     limit = f", sending at most {args.read_mb_s:g} MB/s" if args.read_mb_s else ""
     print(f"[object_endpoint] {endpoint.url} serves {args.root}{limit}; variables in {args.env_file}", flush=True)
-    stopping = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stopping.append(1))
     try:
         while not stopping and endpoint._process is not None and endpoint._process.poll() is None:
             time.sleep(0.2)

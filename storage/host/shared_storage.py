@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from storage.host import loopback_limit
+from storage.host.commands import run_checked
 from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError
 
 ADDRESS = "127.0.0.2"
@@ -69,11 +70,7 @@ def _free_port(address: str) -> int:
 
 
 def _run(cmd: Sequence[str], what: str) -> str:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SharedStorageError(f"{what}: {' '.join(map(str, cmd))} exited {proc.returncode}: "
-                                 f"{(proc.stderr or proc.stdout).strip()[-400:]}")
-    return proc.stdout
+    return run_checked(cmd, what, SharedStorageError)
 
 
 @dataclasses.dataclass

@@ -464,3 +464,31 @@ def test_a_sigterm_to_the_sweep_alone_ends_its_running_point(flux_data_root, tmp
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_object_store_points_add_request_columns_and_name_dlios_object_mode(tmp_path):
+    """An s3:// dataset: the table gains the GET columns, DLIO's side is 3.0.x's object mode, and its
+    configuration goes under --out (its data goes into the bucket, not onto a filesystem)."""
+    files = _point(1, 0.95, dlio_au=0.97)
+    s3 = dataclasses.replace(files, figures=dataclasses.replace(
+        files.figures, object_requests_per_s=167.8, object_requests_per_sample=4.11, object_bytes_per_request=6186.0,
+        object_latency_ms=1.5), dlio_run={"dlio": "3.0"})
+    lines = markdown_table([s3]).splitlines()
+    assert "| GET/s | GETs/sample | B/GET | GET ms |" in lines[0] and "| 167.8 | 4.11 | 6,186 | 1.5 |" in lines[2]
+    assert "GET/s" not in markdown_table([files]).splitlines()[0]
+    document = sweep_document(settings={"benchmark": "flux", "accelerator": "b200", "dlio": True}, points=[s3],
+                              failure=None)
+    assert document["dlio_label"] == "DLIO 3.0.x (object mode, s3dlio)"
+    assert sweep_document(settings={"dlio": True}, points=[files], failure=None)["dlio_label"] == "DLIO 2.0.0"
+    out = tmp_path / "out"
+    assert dlio_work_root(None, out=out, dataset="s3://data/flux/x/train") == out / "dlio-work"
+
+
+def test_the_object_replay_refuses_a_run_that_read_files(tmp_path):
+    from storage.dlio.object_replay import object_replay
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_profile(run, known_profile(world_size=1))
+    with pytest.raises(replay_module.ReplayError, match="read files, not an object store"):
+        object_replay(run)
