@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from common.object_store.endpoint import ObjectStoreConfigError
 from common.object_store.location import ObjectPath, is_object_url
 from common.object_store.publish import generate_then_publish
 
@@ -586,7 +587,10 @@ def generate_to_objects(main: Callable[[list[str]], int], argv: Sequence[str] | 
         if codes[-1]:
             raise SystemExit(codes[-1])
 
-    generate_then_publish(target, write, say=print)
+    try:
+        generate_then_publish(target, write, say=print)
+    except (ObjectStoreConfigError, OSError) as error:  # no endpoint, no credentials, a refused request
+        raise SystemExit(f"--out {args.out}: {error}") from None
     return codes[-1]
 
 

@@ -88,6 +88,7 @@ def generate_then_publish(target: ObjectPath, generate: Callable[[Path], object]
     published under `target` and removed (also when generating or uploading fails). The staging
     directory is made under $MLPERF_STAGING_DIR, else the system's temporary directory: it needs
     room for the whole dataset while it is uploaded."""
+    client.make_bucket(target.endpoint, target.bucket)  # no endpoint or credentials: say so before generating
     root = os.environ.get("MLPERF_STAGING_DIR") or None
     staging = Path(tempfile.mkdtemp(prefix="mlperf-staging-", dir=root))
     try:

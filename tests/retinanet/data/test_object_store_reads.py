@@ -60,3 +60,16 @@ def test_a_missing_object_names_it(object_endpoint, tmp_path):
     victim.unlink()
     with pytest.raises(Exception, match=f"s3://data/retinanet/tiny/train/data/{dataset.records[0].file_name}"):
         dataset.get_batch(np.array([0]))
+
+
+def test_generating_into_a_store_without_credentials_stops_before_writing_anything(tmp_path, monkeypatch, capsys):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("MLPERF_STAGING_DIR", str(tmp_path / "staging"))
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(SystemExit, match="--out s3://data/x: no credentials for http://127.0.0.1:9"):
+        generate_main([*GENERATE, "--out", "s3://data/x"])
+    assert not any((tmp_path / "staging").iterdir()) and "[generate]" not in capsys.readouterr().out
