@@ -37,9 +37,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from common.object_store.endpoint import ObjectStoreConfigError
-from common.object_store.location import ObjectPath, is_object_url
-from common.object_store.publish import generate_then_publish
+from common.data.generation_to_objects import out_location
 
 PARTIAL_MARK = ".partial-"
 # What the files hold: the planted signal a model learns, or the same formats and sizes made fast for
@@ -515,7 +513,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
     """The flags every generator takes, with the same meanings."""
     parser.add_argument("--size", default=default_size, choices=list(sizes), help="named size (listed below)")
     parser.add_argument("--seed", default=0, type=int)
-    parser.add_argument("--out", type=_out_location,
+    parser.add_argument("--out", type=out_location,
                         help="dataset directory, or s3://bucket/prefix (written in a local staging directory, then "
                              "uploaded; the endpoint and credentials from the AWS variables and config files) "
                              "(default: under --data-root, named after size and seed)")
@@ -560,55 +558,6 @@ def _human(nbytes: float) -> str:
             return f"{nbytes:,.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
         nbytes /= 1000
     return ""
-
-
-def _out_location(text: str) -> Path | str:
-    return text if is_object_url(text) else Path(text)
-
-
-def writes_to_objects(args: argparse.Namespace) -> bool:
-    return is_object_url(args.out)
-
-
-def generate_to_objects(main: Callable[[list[str]], int], argv: Sequence[str] | None, args: argparse.Namespace) -> int:
-    """A generator's `main(argv)` with `--out s3://...`: the same command, writing into a local
-    staging directory, whose files are then uploaded under the prefix with the same bytes
-    (common.object_store.publish). One process writes the whole dataset: the metadata is made from
-    every data file, which a shard's staging directory would not hold."""
-    if args.dry_run or args.finalize or args.shard.count > 1:
-        raise SystemExit(f"--out {args.out}: --dry-run, --finalize and --shard need a directory; an s3:// dataset is "
-                         "generated whole by one command")
-    target = ObjectPath(args.out)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    codes: list[int] = []
-
-    def write(staging: Path) -> None:
-        codes.append(main(_replace_out(argv, staging)))
-        if codes[-1]:
-            raise SystemExit(codes[-1])
-
-    try:
-        generate_then_publish(target, write, say=print)
-    except (ObjectStoreConfigError, OSError) as error:  # no endpoint, no credentials, a refused request
-        raise SystemExit(f"--out {args.out}: {error}") from None
-    return codes[-1]
-
-
-def _replace_out(argv: list[str], out: Path) -> list[str]:
-    replaced = []
-    skip = False
-    for i, item in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if item == "--out":
-            replaced += ["--out", str(out)]
-            skip = i + 1 < len(argv)
-        elif item.startswith("--out="):
-            replaced.append(f"--out={out}")
-        else:
-            replaced.append(item)
-    return replaced
 
 
 def run_command(plan: DatasetPlan, out_dir: Path, args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from common.config.paths import DEFAULT_DATA_ROOT
-from common.data import generation
+from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
 from flux.data import hf_disk, layout
 from flux.data.empty_encodings import save_empty_encodings
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-shard", type=int, help="override the rows per Arrow shard (reference: 231)")
     parser.add_argument("--empty-storage", default="float16", choices=("float16", "bf16_bits"))
     args = parser.parse_args(argv)
-    if generation.writes_to_objects(args):
-        return generation.generate_to_objects(main, argv, args)
+    if generation_to_objects.writes_to_objects(args):
+        return generation_to_objects.generate_to_objects(main, argv, args)
     overrides = {
         name: value
         for name, value in (

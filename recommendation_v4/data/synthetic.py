@@ -40,9 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.data import generation
+from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob
-from common.object_store.location import ObjectPath, is_object_url
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.synthetic_sizes import SYNTHETIC_SIZES, SyntheticSize, get_size
 
@@ -807,34 +806,6 @@ def ensure_synthetic(out_dir: str | pathlib.Path, *, size: str, seed: int, conte
     return generate(out_dir, size=size, seed=seed, overwrite=True, content=content)
 
 
-def _object_target(argv: Sequence[str] | None) -> ObjectPath | None:
-    """`--out s3://bucket/prefix`, read as text: the shared flag's type (a Path) would fold the
-    URL's double slash."""
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--out", type=str, default=None)
-    known, _ = probe.parse_known_args(argv)
-    return ObjectPath(known.out) if known.out and is_object_url(known.out) else None
-
-
-def _generate_to_objects(plan: SyntheticPlan, target: ObjectPath, args: argparse.Namespace) -> int:
-    """Generate and preprocess in a local staging directory (common.object_store.publish), publish it under
-    `target`, remove it: what a trainer reading `target` needs (it never writes to a store)."""
-    if args.dry_run or args.finalize or args.no_finalize or args.shard.count > 1:
-        raise ValueError("--out s3://... generates the whole dataset in one go: --dry-run, --finalize, "
-                         "--no-finalize and --shard are for local directories")
-    from common.object_store.publish import generate_then_publish
-    from recommendation_v4.data.preprocess import ensure_processed
-
-    def write(staging: pathlib.Path) -> None:
-        code = generation.run_command(plan, staging, args)
-        if code != 0:
-            raise SystemExit(code)
-        ensure_processed(staging, progress=not args.no_progress)
-
-    generate_then_publish(target, write, say=print)
-    return 0
-
-
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Generate a synthetic Yambda dataset directory.", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -855,11 +826,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     data_root = args.data_root or pathlib.Path(os.environ.get("MLPERF_DATA_ROOT", "data"))
     out = args.out or layout.default_dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed,
                                                                                           args.content))
+    if generation_to_objects.writes_to_objects(args):  # what a trainer reading it needs: raw and processed
+        from recommendation_v4.data.preprocess import ensure_processed
+
+        return generation_to_objects.generate_to_objects(
+            _main, argv, args, after=lambda staging: ensure_processed(staging, progress=not args.no_progress))
     plan = SyntheticPlan(args.size, config, seed=args.seed, content=args.content)
     try:
-        target = _object_target(argv)
-        if target is not None:
-            return _generate_to_objects(plan, target, args)
         if not (args.dry_run or args.finalize):
             if args.overwrite and args.shard.count > 1:
                 raise FileExistsError("--overwrite replaces the whole dataset: run it once without --shard, or give "

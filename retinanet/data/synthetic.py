@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from common.config.paths import DEFAULT_DATA_ROOT
-from common.data import generation
+from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
 from retinanet.data import layout
 from retinanet.data.jpeg_bank import JpegBank
@@ -405,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
     args = parser.parse_args(argv)
-    if generation.writes_to_objects(args):
-        return generation.generate_to_objects(main, argv, args)
+    if generation_to_objects.writes_to_objects(args):
+        return generation_to_objects.generate_to_objects(main, argv, args)
     overrides = {
         key: value
         for key, value in (
