@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storage import sweep as sweep_module
-from storage.sweep import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, figures_of_report, headline,
+from storage.sweep import cli as sweep_module
+from storage.sweep.cli import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, figures_of_report, headline,
                            main, markdown_table, point_command, run_point, sweep_counts, sweep_document, write_outputs)
 from storage.dlio import replay as replay_module
 from storage.load_profile.session import write_profile
@@ -260,7 +260,7 @@ def test_dlio_work_dir_must_share_the_datasets_filesystem(tmp_path, monkeypatch)
     out, dataset = tmp_path / "out", tmp_path / "data" / "train"
     assert dlio_work_root(None, out=out, dataset=dataset) == out / "dlio-work"
     assert dlio_work_root(tmp_path / "w", out=out, dataset=dataset) == tmp_path / "w" / "out"
-    from storage import sweep_dlio
+    from storage.sweep import dlio as sweep_dlio
 
     monkeypatch.setattr(sweep_dlio, "_filesystem", lambda path: 1 if "data" in str(path) else 2)
     with pytest.raises(SweepError, match="give --dlio-work-dir"):

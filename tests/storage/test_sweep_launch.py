@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.sweep_launch import Launcher, LaunchError, make_launcher, parse_hosts, spread
+from storage.sweep.launch import Launcher, LaunchError, make_launcher, parse_hosts, spread
 
 
 @pytest.mark.parametrize("n, hosts, expected", [
@@ -67,7 +67,7 @@ def test_flags_that_cannot_work_are_refused(monkeypatch, tmp_path):
 
 
 def test_the_sweep_refuses_hosts_with_too_few_slots_for_its_last_count(tmp_path, capsys):
-    from storage.sweep import main
+    from storage.sweep.cli import main
 
     gin = tmp_path / "a.gin"
     gin.write_text("")

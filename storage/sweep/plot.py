@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
-    from storage.sweep_rules import Point
+    from storage.sweep.rules import Point
 
 
 def bar(threshold: float | None) -> str:
@@ -53,7 +53,7 @@ def _percent(value: float | None) -> float | None:
 
 
 def _plot_au(ax, points: Sequence[Point]) -> None:
-    from storage.sweep_rules import dlio_label
+    from storage.sweep.rules import dlio_label
 
     _line(ax, points, lambda p: _percent(p.figures.au_mean), "o-", "AU mean")
     _line(ax, points, lambda p: _percent(p.figures.au_min), "v:", "AU min (rank)", alpha=0.6)
@@ -66,7 +66,7 @@ def _plot_au(ax, points: Sequence[Point]) -> None:
 
 
 def _plot_mb(ax, points: Sequence[Point]) -> None:
-    from storage.sweep_rules import dlio_label
+    from storage.sweep.rules import dlio_label
 
     _line(ax, points, lambda p: p.figures.mb_per_s, "o-", "MB/s asked (loaders)")
     _line(ax, points, lambda p: p.figures.device_mb_per_s, "^-", "MB/s from the device")

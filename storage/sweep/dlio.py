@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common.object_store.location import is_object_url
-from storage.sweep_launch import Launcher
-from storage.sweep_rules import Figures, PointFailed, SweepError
+from storage.sweep.launch import Launcher
+from storage.sweep.rules import Figures, PointFailed, SweepError
 
 
 def _filesystem(path: Path) -> int:

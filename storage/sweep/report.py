@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from storage.sweep_hosts import hosts_table, plot_host
-from storage.sweep_plot import bar as _bar
-from storage.sweep_plot import plot
-from storage.sweep_rules import Figures, Point, dlio_label, headline, up_to_first_failure
+from storage.sweep.hosts import hosts_table, plot_host
+from storage.sweep.plot import bar as _bar
+from storage.sweep.plot import plot
+from storage.sweep.rules import Figures, Point, dlio_label, headline, up_to_first_failure
 
 FORMAT = "mlperf-emulation-sweep"
 VERSION = 1

@@ -11,7 +11,7 @@ with the storage load the loaders put on the storage there.
         [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
         [--client-host-memory-in-gb G]
 
-Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.sweep_launch):
+Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.sweep.launch):
 
     salloc -N 2 --exclusive python -m storage.sweep --launcher slurm ...      # the allocation's nodes
     python -m storage.sweep --launcher mpi --hosts host1 host2 ...            # mpiexec over ssh
@@ -60,14 +60,14 @@ from typing import Any, Mapping, Sequence
 
 from common import registry
 from storage.compute_times import SOURCES, ComputeTimeError, lookup
-from storage.sweep_dlio import dataset_root, dlio_point, dlio_work_root
-from storage.sweep_hosts import host_summaries
-from storage.sweep_launch import LAUNCHERS, Launcher, LaunchError, make_launcher
-from storage.sweep_plot import bar as _bar
+from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
+from storage.sweep.hosts import host_summaries
+from storage.sweep.launch import LAUNCHERS, Launcher, LaunchError, make_launcher
+from storage.sweep.plot import bar as _bar
 # what the sweep's callers and tests import from here, wherever it lives now
-from storage.sweep_report import (_answers_line, _au, _cpu, _number, headline_text, markdown_table,  # noqa: F401
+from storage.sweep.report import (_answers_line, _au, _cpu, _number, headline_text, markdown_table,  # noqa: F401
                                   sweep_document, write_outputs)
-from storage.sweep_rules import (Figures, Point, PointFailed, SweepError, counts, figures_of_report,  # noqa: F401
+from storage.sweep.rules import (Figures, Point, PointFailed, SweepError, counts, figures_of_report,  # noqa: F401
                                  headline, sweep_counts)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ class Point:
     run: dict[str, Any]  # run_dir, log, command, seconds, bytes_per_sample
     dlio: Figures | None = None
     dlio_run: dict[str, Any] | None = None  # result file, work dir, seconds, eviction
-    hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep_hosts.host_summaries)
+    hosts: tuple[dict[str, Any], ...] = ()  # each client host's figures (storage.sweep.hosts.host_summaries)
 
 
 def dlio_label(points: Sequence[Point]) -> str:

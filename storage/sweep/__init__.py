@@ -1,0 +1,2 @@
+"""The storage sweep: how many emulated accelerators a storage keeps above MLPerf Storage's AU bar,
+on one client host or many (`python -m storage.sweep`, storage/sweep/cli.py)."""

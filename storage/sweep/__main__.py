@@ -1,0 +1,5 @@
+import sys
+
+from storage.sweep.cli import main
+
+sys.exit(main())
