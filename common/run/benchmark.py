@@ -18,6 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
+from common.data.fidelity import DataPathSetting
 from common.data.loader import StreamingLoader
 from common.distributed.setup import DistInfo
 from common.mlperf.compliance import KnownRule
@@ -77,6 +78,8 @@ class DataPlan:
     # where the training data lives: the load profile finds the block device under it, emulation evicts it
     data_dirs: Sequence[Path]
     count_samples: Callable[[Any], int]  # the samples in one of the loader's batches
+    # the data path's settings beside the reference trainer's (common.data.fidelity), for the load profile
+    data_path: Sequence[DataPathSetting] = ()
 
 
 @dataclasses.dataclass
