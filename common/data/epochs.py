@@ -6,14 +6,23 @@ epoch and block a checkpoint stands in. Each epoch is either a fresh seeded perm
 samples (`shuffle=True`, RetinaNet) or the samples in order (`shuffle=False`: FLUX.1's reference
 reads its data sequentially), cut into whole global batches (the tail short of a batch is
 dropped, as a `drop_last=True` batch sampler does). Every rank runs the same number of steps,
-with one of two layouts of a window's samples over the ranks:
+with one of three layouts of the samples over the ranks:
 
 - `rank_slices="batch"`: each rank takes its contiguous share of every global batch, so what a
   step trains depends on the global batch alone, not on the world size (1 and N ranks train the
   same samples at every step);
-- `rank_slices="window"`: each rank reads its own contiguous slice of the window, in order, as
-  FLUX.1's reference gives every rank a contiguous chunk of the data (`split_dataset_by_node`);
-  a step then trains a different mix of samples for every world size.
+- `rank_slices="window"`: each rank reads its own contiguous slice of each window, in order; all
+  ranks read inside the same window at once;
+- `rank_slices="split"`: each rank reads ONE contiguous chunk of the whole epoch, in order, and
+  the same chunk again in the next epoch, as FLUX.1's reference does (`split_dataset_by_node` ->
+  `Dataset.shard(contiguous=True)`: rank r of W gets N // W samples, one more for the first
+  N % W ranks). A window is then a run of consecutive batches of each rank's own chunk. Every
+  rank trains `N // GBS` local batches an epoch (floor(floor(N / W) / b) = floor(N / (W b))), so
+  the ranks stay in lockstep; what is left of a chunk after them (fewer than b + 1 samples: the
+  short tail, and the remainder rule's extra sample) is not trained that epoch, where the
+  reference's endless iterator carries it into a batch that straddles two passes.
+
+In the last two a step trains a different mix of samples for every world size.
 
 Indices handed to the data source are `epoch * num_samples + sample`: the source can key
 per-epoch augmentation on them without being told which epoch it is.
@@ -29,6 +38,17 @@ import numpy as np
 
 from common.data.index import local_batch_size, rank_share
 
+RANK_SLICES = ("batch", "window", "split")
+
+
+def contiguous_chunk(num_samples: int, *, rank: int, world_size: int) -> tuple[int, int]:
+    """(start, length) of rank `rank`'s one chunk of a whole split, by Hugging Face's
+    `Dataset.shard(contiguous=True)` rule: N // W samples each, one more for the first N % W ranks."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world size {world_size}")
+    share, extra = divmod(num_samples, world_size)
+    return rank * share + min(rank, extra), share + (1 if rank < extra else 0)
+
 
 @dataclasses.dataclass(frozen=True)
 class EpochSchedule:
@@ -39,11 +59,11 @@ class EpochSchedule:
     batches_per_window: int = 0  # 0: one window per epoch
     seed: int = 0
     shuffle: bool = True
-    rank_slices: str = "batch"  # "batch" or "window", see the module docstring
+    rank_slices: str = "batch"  # one of RANK_SLICES, see the module docstring
 
     def __post_init__(self) -> None:
-        if self.rank_slices not in ("batch", "window"):
-            raise ValueError(f"rank_slices must be 'batch' or 'window', got {self.rank_slices!r}")
+        if self.rank_slices not in RANK_SLICES:
+            raise ValueError(f"rank_slices must be one of {list(RANK_SLICES)}, got {self.rank_slices!r}")
         if self.world_size < 1 or self.epochs < 1:
             raise ValueError(f"world_size and epochs must be >= 1, got {self.world_size} and {self.epochs}")
         local_batch_size(self.global_batch_size, self.world_size)
@@ -103,6 +123,10 @@ class EpochSchedule:
         first = block * self.window_batches_count
         last = min(first + self.window_batches_count, self.batches_per_epoch)
         size = self.global_batch_size
+        if self.rank_slices == "split":
+            local = self.local_batch_size
+            start, _ = contiguous_chunk(self.num_samples, rank=rank, world_size=self.world_size)
+            return [order[start + b * local : start + (b + 1) * local] for b in range(first, last)]
         if self.rank_slices == "window":
             mine = rank_share(order[first * size : last * size], rank=rank, world_size=self.world_size)
             local = self.local_batch_size

@@ -2,7 +2,10 @@
 
 `StreamingLoader` iterates one window after another through ONE DataLoader whose workers persist
 across windows, and prepares the next window (its index and its first batch) on a background
-thread while the current one trains, so the turnover costs a few ms. Which samples a window's
+thread while the current one trains, so the turnover costs a few ms. With
+`prefetch_next_window=False` and `num_workers=0` nothing is read ahead and nothing reads but the
+caller: each batch is read in the calling thread when the loop asks for it (FLUX.1's reference,
+whose torchtitan loader reads in the training thread). Which samples a window's
 batches hold is index maths (`common.data.index`); time windows over timestamps are
 `common.data.time_windows`, epochs `common.data.epochs`.
 
@@ -240,7 +243,9 @@ class StreamingLoader:
     `window_batches`); `iterate(key, skip=, next_key=)` yields `(batch_idx, batch)` for the
     window's batches from `skip` on and starts preparing `next_key` as soon as it begins.
     The first batch of a prepared window comes straight from the background thread; the rest
-    come from the persistent workers. `boundary_waits` records, per window, how long the loop
+    come from the persistent workers. `prefetch_next_window=False` prepares nothing ahead: a
+    window's index and first batch are built in the calling thread when its first batch is
+    asked for (`next_key` and `prefetch` are then no-ops). `boundary_waits` records, per window, how long the loop
     waited for that window's first batch. `reads_sink`, when set before the first `iterate`
     (workers take their copy of the dataset then), receives the `BatchReads` of every batch it
     yields (the training loader's load profile); without one, nothing is recorded.
@@ -254,10 +259,14 @@ class StreamingLoader:
         num_workers: int,
         prefetch_factor: int = 2,
         seed: int = 0,
+        prefetch_next_window: bool = True,
     ) -> None:
+        if num_workers < 0 or prefetch_factor < 0:
+            raise ValueError(f"num_workers and prefetch_factor must be >= 0, got {num_workers} and {prefetch_factor}")
         self.source = source
         self.build_window = build_window
         self.num_workers, self.prefetch_factor = num_workers, prefetch_factor if num_workers > 0 else 0
+        self.prefetch_next_window = prefetch_next_window
         self._reads_sink: Callable[[BatchReads], None] | None = None
         self._sampler = _SwitchableBatches()
         # a private generator: creating an iterator must not consume the global torch RNG, or a
@@ -305,11 +314,15 @@ class StreamingLoader:
                          built_s=time.perf_counter() - t0, first_reads=first_reads)
 
     def prefetch(self, key: int, *, skip: int = 0) -> None:
+        if not self.prefetch_next_window:
+            return  # the caller builds it when it asks for it (_take)
         with self._lock:
             if (key, skip) not in self._pending:
                 self._pending[(key, skip)] = self._pool.submit(self._prepare, key, skip)
 
     def _take(self, key: int, skip: int) -> _Prepared:
+        if not self.prefetch_next_window:
+            return self._prepare(key, skip)
         self.prefetch(key, skip=skip)
         with self._lock:
             future = self._pending.pop((key, skip))

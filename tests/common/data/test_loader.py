@@ -231,3 +231,47 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+class _WhoReads:
+    """Notes, per batch it builds, the thread and process that read it."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[int, int, tuple[int, ...]]] = []
+
+    def get_batch(self, indices):
+        self.reads.append((threading.get_ident(), os.getpid(), tuple(int(i) for i in indices)))
+        return np.asarray(indices)
+
+
+def test_without_workers_or_window_prefetch_the_caller_reads_each_batch_when_it_asks():
+    """FLUX.1's reference loader: no worker, no prefetch, nothing read ahead while a step computes."""
+    source = _WhoReads()
+    loader = StreamingLoader(source=source, build_window=_build, num_workers=0, prefetch_next_window=False)
+    caller = (threading.get_ident(), os.getpid())
+    threads_before = {t.ident for t in threading.enumerate()}
+    asked = 0
+    try:
+        for key, next_key in ((0, 1), (1, 2)):
+            window = loader.iterate(key, next_key=next_key)
+            assert len(source.reads) == asked  # a window handed out reads nothing yet
+            for batch_idx, batch in window:
+                asked += 1
+                # exactly the batches asked for, nothing of the next batch or window
+                assert len(source.reads) == asked and source.reads[-1][2] == tuple(_build(key)[batch_idx])
+                time.sleep(0.02)  # a step: a background reader would read meanwhile
+                assert len(source.reads) == asked
+        loader.prefetch(3)  # asked for explicitly: still nothing ahead
+        time.sleep(0.05)
+        assert len(source.reads) == asked == 8
+        assert {(thread, pid) for thread, pid, _ in source.reads} == {caller}
+        assert {t.ident for t in threading.enumerate()} <= threads_before  # no reader thread was started
+        assert not _children()  # and no process
+        assert [(i, b.tolist()) for i, b in loader.iterate(2, skip=3)] == [(3, _build(2)[3].tolist())]
+    finally:
+        loader.close()
+
+
+def test_a_negative_worker_count_is_refused():
+    with pytest.raises(ValueError, match="num_workers and prefetch_factor must be >= 0, got -1 and 2"):
+        StreamingLoader(source=_WhoReads(), build_window=_build, num_workers=-1)
