@@ -37,7 +37,7 @@ class LoadProfileExtension(RunExtension):
             world_size=ctx.info.world_size, device=str(ctx.info.device), loader=plan.data.loader,
             global_batch_size=schedule.global_batch_size, local_batch_size=schedule.local_batch_size,
             start_step=progress.global_step, data_dirs=plan.data.data_dirs,
-            compute=lambda: compute_section(self.spec, plan, ctx.info))
+            compute=lambda: compute_section(self.spec, plan, ctx.info), data_path=plan.data.data_path)
         return (self.session,)
 
     def finish(self, ctx: RunContext, plan: TrainingPlan, result: LoopResult) -> None:

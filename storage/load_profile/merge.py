@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from common.data.byte_ranges import ByteRanges
-from storage.load_profile import block_device, object_requests
+from storage.load_profile import block_device, object_requests, phases
 from storage.load_profile.profiler import FORMAT, VERSION, WARMUP_STEPS
 from storage.load_profile.stats import Distribution, summarize
 
@@ -91,7 +91,8 @@ def _unique_bytes(parts: Sequence[dict[str, Any]]) -> tuple[list[int], int]:
 
 
 def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, config_file: str,
-          dataset: dict[str, Any] | None) -> dict[str, Any]:
+          dataset: dict[str, Any] | None, data_path: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """`data_path`: the run's data-path settings as dicts (storage.load_profile.phases.data_path_section)."""
     parts = sorted(parts, key=lambda p: p["rank"])
     first = parts[0]
     ranks = [_rank_rates(p) for p in parts]
@@ -184,6 +185,9 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
         "block_device": block_device.merged([p["block_device"] for p in parts]),
         "checkpoints": [{"rank": p["rank"], "saves": p["checkpoints"]} for p in parts],
         "dataset": dataset,
+        "data_path": list(data_path),
+        # what the data path read and wrote outside the per-batch reads (a cache build, a window's scan)
+        "phases": phases.merged(parts),
         "series": {
             "rank": first["rank"],
             "end_time_s": _binned(s0["end_time_s"]),

@@ -7,6 +7,10 @@ writes `load_profile.json`, the plots and prints the one-line summary. A resumed
 profiles only what it ran itself: the profile of an earlier launch is kept beside it as
 `load_profile.until_step<N>.json`.
 
+Each rank's storage phases (common.data.phases: a cache build, a window's scan) go with its part, and
+rank 0 writes them and the data path's settings beside the reference's (common.data.fidelity) into
+the profile, with a `[load]` line each (storage.load_profile.phases).
+
 Given the data directories, it also snapshots the block devices under them when the loop begins
 and again at `finish` (storage.load_profile.block_device). Given a compute maker
 (storage.compute.run_section), rank 0 adds the run's compute load as the profile's `compute`.
@@ -21,10 +25,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from common.checkpoint.progress import TrainingProgress
+from common.data.fidelity import DataPathSetting
 from common.distributed.collectives import gather_objects
 from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 from storage.load_profile.block_device import DeviceReads
 from storage.load_profile.merge import merge, summary_line
+from storage.load_profile.phases import data_path_line, data_path_section, phases_line, rank_phases
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
 
 PROFILE_FILE = "load_profile.json"
@@ -34,8 +40,10 @@ PLOTS_DIR = "load_profile"
 class ProfileSession(LoopObserver):
     def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
                  loader: Any, global_batch_size: int, local_batch_size: int, start_step: int,
-                 data_dirs: Sequence[Path] = (), compute: Callable[[], dict[str, Any] | None] | None = None) -> None:
+                 data_dirs: Sequence[Path] = (), compute: Callable[[], dict[str, Any] | None] | None = None,
+                 data_path: Sequence[DataPathSetting] = ()) -> None:
         self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
+        self.data_path = list(data_path)
         self.compute = compute  # the compute section's maker (storage.compute.run_section), rank 0 only
         self.rank = rank
         setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
@@ -75,7 +83,9 @@ class ProfileSession(LoopObserver):
         sizes = getattr(self.loader, "window_sizes", None)  # StreamingLoader: batches of each window begun
         if isinstance(sizes, dict) and sizes:
             self.profiler.setup = dataclasses.replace(self.profiler.setup, window_batches=int(sizes[min(sizes)]))
-        parts = gather_objects(self.profiler.part(block_device=self.devices.part()))
+        part = self.profiler.part(block_device=self.devices.part())
+        part["phases"] = self._own_phases()
+        parts = gather_objects(part)
         if self.rank != 0:
             return None
         if not any(p["steps"]["wall_s"] for p in parts):
@@ -83,10 +93,14 @@ class ProfileSession(LoopObserver):
             return None
         try:  # a measurement: whatever goes wrong here never fails a run that trained
             profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
-                            dataset=self.dataset)
+                            dataset=self.dataset, data_path=data_path_section(self.data_path))
             self._add_compute(profile)
             write_profile(self.run_dir, profile)
             print(summary_line(profile), flush=True)
+            print(data_path_line(self.data_path), flush=True)
+            phases = phases_line(profile)
+            if phases:
+                print(phases, flush=True)
             from storage.load_profile.plots import write_plots
 
             written = write_plots(profile, self.run_dir / PLOTS_DIR)
@@ -96,6 +110,13 @@ class ProfileSession(LoopObserver):
         print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
               f"export: python -m storage.dlio export {self.run_dir}", flush=True)
         return profile
+
+    def _own_phases(self) -> list[dict[str, Any]]:
+        try:  # before the collective: a rank whose phases cannot be read still takes its part in it
+            return rank_phases(self.rank)
+        except Exception as error:  # noqa: BLE001
+            print(f"[load] rank {self.rank}: phases not recorded: {type(error).__name__}: {error}", flush=True)
+            return []
 
     def _add_compute(self, profile: dict[str, Any]) -> None:
         if self.compute is None:

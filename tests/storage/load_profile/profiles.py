@@ -43,3 +43,48 @@ DATASET = {"format": "jpeg", "root": "/data", "files": 1000, "bytes": 3_150_000,
 def known_profile(world_size: int = 2) -> dict:
     parts = [rank_part(r, world_size) for r in range(world_size)]
     return merge(parts, benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET)
+
+
+# a cache build on rank 0 and a per-window scan on both ranks, as common.data.phases logs them
+CACHE_READ, CACHE_WRITTEN, CACHE_S, CACHE_PEAK = 812_300_000, 1_210_000_000, 14.2, 3_100_000_000
+SCAN_BYTES, SCAN_S, WINDOWS = 8_000_000, 0.1, 6
+
+
+def phase_entry(rank: int, name: str, kind: str, *, seconds: float, read: int, written: int = 0,
+                files_read: int = 1, files_written: int = 0, window: int | None = None,
+                device: tuple[int | None, int | None] = (None, None), peak: int | None = None) -> dict:
+    from common.data.phases import Phase
+
+    phase = Phase(name=name, kind=kind, seconds=seconds, bytes_read=read, bytes_written=written, files_read=files_read,
+                  files_written=files_written, device_read_bytes=device[0], device_write_bytes=device[1],
+                  peak_memory_bytes=peak, window=window)
+    return {"rank": rank, **phase.as_dict()}
+
+
+def rank_phases(rank: int) -> list[dict]:
+    from common.data.phases import ONE_TIME, PER_WINDOW
+
+    entries = [phase_entry(rank, "window_anchor_scan", PER_WINDOW, seconds=SCAN_S, read=SCAN_BYTES, window=w,
+                           device=(SCAN_BYTES // 2, 0)) for w in range(WINDOWS)]
+    if rank == 0:
+        entries.insert(0, phase_entry(0, "cache_build", ONE_TIME, seconds=CACHE_S, read=CACHE_READ,
+                                      written=CACHE_WRITTEN, files_written=12, device=(CACHE_READ, CACHE_WRITTEN),
+                                      peak=CACHE_PEAK))
+    return entries
+
+
+def profile_with_phases(world_size: int = 2, *, window_batches: int | None = 5) -> dict:
+    """known_profile's run with rank_phases on every rank, its loader's windows of `window_batches` batches."""
+    from common.data.fidelity import DataPathSetting
+    from storage.load_profile.phases import data_path_section
+
+    parts = []
+    for r in range(world_size):
+        part = rank_part(r, world_size)
+        part["phases"] = rank_phases(r)
+        part["setup"]["window_batches"] = window_batches
+        parts.append(part)
+    settings = [DataPathSetting("order", "user-major", "user-major", "x.DataConfig.order"),
+                DataPathSetting("train_workers", 8, 4, "x.DataConfig.num_workers")]
+    return merge(parts, benchmark="retinanet", run_dir="/runs/x", config_file="debug.gin", dataset=DATASET,
+                 data_path=data_path_section(settings))
