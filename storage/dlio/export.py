@@ -16,6 +16,11 @@ Written under `RUN_DIR/dlio/`:
                                            only the --params those allow)
     dlio-2.0.0/workload/<model>_replay.yaml what PyPI's dlio-benchmark 2.0.0 reads (record_length, a
                                            string model, a format it has): `replay` runs it
+    mlperf_storage/phases/, dlio-2.0.0-phases/workload/
+                                           where the run recorded storage phases (a cache build, a
+                                           window's scan): their DLIO workloads (storage.dlio.phase_workloads),
+                                           in MLPSTORAGE.md with what they cost; the training workloads'
+                                           comments say what a per-window phase adds per sample
 
 How each figure is derived is written at the top of every file. Everything is computed and
 checked before the first file is written, and each file is written to a temporary name and
@@ -37,6 +42,9 @@ from common.spec import StorageWorkload
 from storage.compute_times import ComputeTime, ComputeTimeError, lookup
 from storage.dlio.mlpstorage_commands import commands_text
 from storage.dlio.object_workload import storage_section
+from storage.dlio.phase_commands import phases_markdown
+from storage.dlio.phase_workloads import phase_workloads, workload_notes
+from storage.load_profile.phases import PhaseError, check_phases
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
 
@@ -90,6 +98,10 @@ def read_profile(run_dir: Path) -> dict[str, Any]:
         raise ExportError(f"{path}: field 'dataset' is empty (the training loader's source did not describe its files)")
     if not profile["totals"].get("steps") or not profile["records"].get("count"):
         raise ExportError(f"{path}: no training step or no sample recorded: nothing to export")
+    try:  # an older profile has none; a malformed entry is named, never dropped silently
+        check_phases(profile.get("phases"))
+    except PhaseError as error:
+        raise ExportError(f"{path}: field {error}") from None
     return profile
 
 
@@ -332,7 +344,8 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
              f"read_threads {threads}" + (": that DLIO reads 1 as unset and picks min(cpus per rank, 8); run it "
                                           "with DLIO_MAX_AUTO_THREADS=1 to keep one." if threads == 1 else "."),
              f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
-             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile), *compute_notes(profile)]
+             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile), *compute_notes(profile),
+             *workload_notes(profile, model)]
     datagen = {
         "model": model_section,
         "framework": "pytorch",
@@ -348,6 +361,8 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
     commands = commands_text(model=model, workload_file=f"{name}.yaml", datagen_file=f"{model}_datagen_measured.yaml",
                              workload=workload, published=ref, accelerator=accelerator and accelerator.strip().lower(),
                              modes=storage.mlpstorage_modes)
+    phases = phases_markdown(profile, model)
+    commands = f"{commands}\n{phases}" if phases else commands
     storage, folder, object_notes = storage_section(profile, model=model)
     object_dataset = {**dataset, "data_folder": folder}
     object_workload = {**workload, "storage": storage, "dataset": object_dataset}
@@ -518,6 +533,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         + f"), times {spread:.2f}.",
         f"Replay: python -m storage.dlio replay {profile['run_dir']}",
         *compute_notes(profile),
+        *workload_notes(profile, model),
     ]
     name = f"{model}_replay"
     return name, _dump(_header(profile, what=f"DLIO 2.0.0 replay of {model}'s measured load.", lines=lines), body)
@@ -541,6 +557,7 @@ def export(run_dir: Path, *, accelerator: str | None = None, dataset_scale: floa
         texts = {Path("mlperf_storage") / name: text for name, text in
                  mlperf_storage_workloads(profile, accelerator=accelerator, dataset_scale=dataset_scale).items()}
         name, text = dlio_2_workload(profile)
+        texts.update(phase_workloads(profile, _workload(profile).model))
     except (KeyError, TypeError, ZeroDivisionError) as error:
         raise ExportError(f"{run_dir / PROFILE_FILE}: field {error} is missing or malformed") from None
     texts[Path(DLIO_2_DIR) / "workload" / f"{name}.yaml"] = text
