@@ -256,6 +256,7 @@ class _Index:
     formats: dict[str, _CellFormat]
     has_timestep: bool
     shapes: FluxShapes
+    record_batches: int  # the most Arrow record batches a shard holds (save_to_disk writes one)
 
 
 def _shapes_from_formats(formats: dict[str, _CellFormat], *, where: Path) -> FluxShapes:
@@ -283,6 +284,7 @@ def _shapes_from_formats(formats: dict[str, _CellFormat], *, where: Path) -> Flu
 def _build_index(split_dir: Path, *, expect: FluxShapes | None) -> _Index:
     paths = hf_disk.read_shard_paths(split_dir)
     counts: list[int] = []
+    record_batches = 0
     formats: dict[str, _CellFormat] = {}
     has_timestep: bool | None = None
     for path in paths:
@@ -305,6 +307,7 @@ def _build_index(split_dir: Path, *, expect: FluxShapes | None) -> _Index:
                         f"holds {list(first.header.shape)}"
                     )
         counts.append(shard.num_rows)
+        record_batches = max(record_batches, len(shard.batch_starts) - 1)
         del shard  # unmapped again; workers map what they read
     if not formats:
         raise FluxDataError(f"{split_dir}: every shard is empty")
@@ -322,6 +325,7 @@ def _build_index(split_dir: Path, *, expect: FluxShapes | None) -> _Index:
         formats=formats,
         has_timestep=bool(has_timestep),
         shapes=shapes,
+        record_batches=record_batches,
     )
 
 
@@ -369,6 +373,11 @@ class FluxArrowDataset:
     @property
     def shard_paths(self) -> tuple[Path, ...]:
         return self._index.shard_paths
+
+    @property
+    def record_batches_per_shard(self) -> int:
+        """The most Arrow record batches one shard holds (found by the open's scan)."""
+        return self._index.record_batches
 
     @property
     def shard_row_counts(self) -> np.ndarray:

@@ -3,6 +3,7 @@
     python -m flux.data.synthetic --size tiny --seed 0                 # <data_root>/flux/synthetic-tiny-seed0
     python -m flux.data.synthetic --size reference --num-train 2048 --out DIR --workers 2
     python -m flux.data.synthetic --size reference --fill-memory-ratio 5 --out DIR --shard 1/4   # node 2 of 4
+    python -m flux.data.synthetic --size reference --record-batch-bytes 67108864 ...   # 64 MiB record batches
 
 Writes `train/` and `validation/` (datasets save_to_disk directories of Arrow stream shards;
 validation has `timestep = index % 8`, like the COCO subset) and `empty_encodings/`
@@ -11,6 +12,11 @@ dataset complete and records how it was made. The content is planted by flux/dat
 sizes and knobs are in flux/data/synthetic_sizes.py. Same seed, same bytes, whatever the number
 of workers and shards: each Arrow shard file is one job of common/data/generation.py, written
 whole; the JSON files of both splits, the empty encodings and generator.json come last.
+
+Each shard is one Arrow record batch, as `save_to_disk` writes the published shards: a writing
+process holds one shard's cells in memory (~500 MB at the reference shapes, so --workers N takes
+about N x 0.5 GB). `--record-batch-bytes` writes batches of at most that many bytes of cells
+instead (less memory; not the published layout, and generator.json says so).
 """
 
 from __future__ import annotations
@@ -78,10 +84,13 @@ class SyntheticPlan:
     cells of the same shapes (the same files and bytes per sample, nothing to learn)."""
 
     def __init__(self, size: SyntheticSize, *, seed: int, empty_storage: str = "float16",
-                 content: str = LEARNABLE) -> None:
+                 content: str = LEARNABLE, record_batch_bytes: int | None = None) -> None:
         if content not in (LEARNABLE, STORAGE):
             raise ValueError(f"content must be {LEARNABLE!r} or {STORAGE!r}, got {content!r}")
+        if record_batch_bytes is not None and record_batch_bytes < 1:
+            raise ValueError(f"record_batch_bytes must be >= 1, got {record_batch_bytes}")
         self.size, self.seed, self.empty_storage, self.content = size, seed, empty_storage, content
+        self.record_batch_bytes = record_batch_bytes  # None: one record batch per shard, as save_to_disk
         self._world: PlantedWorld | None = None
 
     def __getstate__(self) -> dict:
@@ -100,8 +109,12 @@ class SyntheticPlan:
     def settings(self) -> dict[str, Any]:
         settings = {"generator": "flux.data.synthetic", "seed": self.seed, "size": _size_json(self.size),
                     "empty_storage": self.empty_storage}
-        # named only when it is not the learnable content, so the datasets written before it match
-        return settings if self.content == LEARNABLE else {**settings, "content": self.content}
+        # named only when not the default, so the datasets written before them match
+        if self.content != LEARNABLE:
+            settings["content"] = self.content
+        if self.record_batch_bytes is not None:
+            settings["record_batch_bytes"] = self.record_batch_bytes
+        return settings
 
     def _row(self, split: str, index: int) -> dict[str, np.ndarray]:
         if self.content == LEARNABLE:
@@ -136,7 +149,7 @@ class SyntheticPlan:
     def write(self, job: FileJob, path: Path) -> int:
         split, start, num_rows = job.key
         validation = split == "validation"
-        shard = ShardFileWriter(path, num_rows=num_rows, with_timestep=validation)
+        shard = ShardFileWriter(path, num_rows=num_rows, with_timestep=validation, batch_bytes=self.record_batch_bytes)
         try:
             for index in range(start, start + num_rows):
                 shard.append(key=f"{index:09d}", **self._row(split, index),
@@ -192,13 +205,15 @@ def generate(
     empty_storage: str = "float16",
     workers: int = 1,
     content: str = LEARNABLE,
+    record_batch_bytes: int | None = None,
 ) -> Path:
     """Writes the three parts and generator.json under `out_dir`; returns `out_dir`."""
     size = get_size(size) if isinstance(size, str) else size
     out_dir = Path(out_dir)
     _clear(out_dir, overwrite=overwrite)
     show = size.total_bytes >= _PROGRESS_BYTES if progress is None else progress
-    plan = SyntheticPlan(size, seed=seed, empty_storage=empty_storage, content=content)
+    plan = SyntheticPlan(size, seed=seed, empty_storage=empty_storage, content=content,
+                         record_batch_bytes=record_batch_bytes)
     # Per-sample tensors are small; torch's intra-op threads only contend with each other (a
     # 1 M-value bf16 cast took 12 ms on 2 busy cores, 0.6 ms on one thread).
     threads = torch.get_num_threads()
@@ -236,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     generation.add_arguments(parser, sizes=sorted(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--rows-per-shard", type=int, help="override the rows per Arrow shard (reference: 231)")
     parser.add_argument("--empty-storage", default="float16", choices=("float16", "bf16_bits"))
+    parser.add_argument("--record-batch-bytes", type=int, metavar="BYTES",
+                        help="Arrow record batches of at most this many bytes of cells (default: one per shard, "
+                             "as save_to_disk writes; a shard's cells are then held in memory while it is written)")
     args = parser.parse_args(argv)
     if generation_to_objects.writes_to_objects(args):
         return generation_to_objects.generate_to_objects(main, argv, args)
@@ -257,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
     name = layout.synthetic_dataset_name(args.size, args.seed, args.content)
     out = args.out or layout.dataset_dir(data_root, name)
-    plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage, content=args.content)
+    if args.record_batch_bytes is not None and args.record_batch_bytes < 1:
+        parser.error(f"--record-batch-bytes must be >= 1, got {args.record_batch_bytes}")
+    plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage, content=args.content,
+                         record_batch_bytes=args.record_batch_bytes)
     if not (args.dry_run or args.finalize):
         if args.overwrite and args.shard.count > 1:
             raise SystemExit("--overwrite replaces the whole dataset: run it once without --shard, or give each "

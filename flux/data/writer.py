@@ -1,16 +1,21 @@
 """SplitWriter: writes one split in the exact published layout, a row at a time.
 
-Rows go to `data-XXXXX-of-NNNNN.arrow` shards sized like `datasets` sizes them; a shard holds
-one or more Arrow record batches (at most `batch_bytes` of cells each, so writing reference-size
-samples never buffers a whole 480 MB shard). SplitWriter assembles a split in `<split_dir>.partial/`
-and renames it into place when `close()` has written `dataset_info.json` and `state.json`, so a
-split directory it made is complete; ShardFileWriter writes one shard file on its own (the
-generator's parallel, sharded path, which writes the JSON files last with `finish_split`).
+Rows go to `data-XXXXX-of-NNNNN.arrow` shards sized like `datasets` sizes them. A shard holds
+ONE Arrow record batch by default, as `save_to_disk` writes it (its writer combines a shard's
+chunks and writes them with a batch size of 1,000 rows, more than a ~500 MB shard holds): the
+shard's cells are built in memory and written at its close, about 500 MB at the reference
+shapes per writing process. `batch_bytes` caps a record batch's cells instead (several batches a
+shard, less memory); either way a batch ends before a binary column would pass its 2 GiB offsets.
+SplitWriter assembles a split in `<split_dir>.partial/` and renames it into place when `close()`
+has written `dataset_info.json` and `state.json`, so a split directory it made is complete;
+ShardFileWriter writes one shard file on its own (the generator's parallel, sharded path, which
+writes the JSON files last with `finish_split`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 from pathlib import Path
@@ -23,17 +28,49 @@ from flux.data import hf_disk
 from flux.data.npy_codec import bf16_bits, bf16_npy_header
 from flux.data.schema import KEY_COLUMN, TENSOR_COLUMNS, TIMESTEP_COLUMN, arrow_schema, hf_features
 
-DEFAULT_BATCH_BYTES = 64 << 20
 REFERENCE_ROWS_PER_SHARD = 231  # 1,099,776 CC12M rows in 4,762 shards
+_BINARY_LIMIT = 2**31 - 1  # a binary column's int32 offsets address at most this many bytes
+
+
+class _CellColumn:
+    """One binary column of the record batch being built: each cell's npy bytes copied once, into
+    one buffer sized for the batch's rows (a column's cells are alike), so building a 500 MB batch
+    takes 500 MB and not twice that."""
+
+    def __init__(self) -> None:
+        self._data = np.empty(0, dtype=np.uint8)
+        self._offsets = [0]
+
+    @property
+    def size(self) -> int:
+        return self._offsets[-1]
+
+    def append(self, header: bytes, bits: np.ndarray, *, rows_expected: int) -> None:
+        used, cell = self.size, len(header) + bits.nbytes
+        if used + cell > len(self._data):
+            grown = np.empty(max(used + cell * max(rows_expected, 1), 2 * len(self._data)), dtype=np.uint8)
+            grown[:used] = self._data[:used]
+            self._data = grown
+        self._data[used : used + len(header)] = np.frombuffer(header, dtype=np.uint8)
+        self._data[used + len(header) : used + cell] = bits.reshape(-1).view(np.uint8)
+        self._offsets.append(used + cell)
+
+    def array(self) -> pa.Array:
+        offsets = np.asarray(self._offsets, dtype=np.int32)
+        return pa.Array.from_buffers(pa.binary(), len(offsets) - 1,
+                                     [None, pa.py_buffer(offsets), pa.py_buffer(self._data[: self.size])])
 
 
 class ShardFileWriter:
-    """One `data-XXXXX-of-NNNNN.arrow` file: rows appended one at a time, written as Arrow record
-    batches of at most `batch_bytes` of cells (the last batch takes the shard's last rows).
-    Its bytes depend only on the rows, so any process can write any shard (common.data.generation)."""
+    """One `data-XXXXX-of-NNNNN.arrow` file: rows appended one at a time, written as one Arrow
+    record batch at close (or batches of at most `batch_bytes` of cells, the last taking the
+    shard's last rows). Its bytes depend only on the rows and `batch_bytes`, so any process can
+    write any shard (common.data.generation)."""
 
     def __init__(self, path: str | Path, *, num_rows: int, with_timestep: bool,
-                 batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+                 batch_bytes: int | None = None) -> None:
+        if batch_bytes is not None and batch_bytes < 1:
+            raise ValueError(f"batch_bytes must be >= 1 or None (one record batch per shard), got {batch_bytes}")
         self.path = Path(path)
         self.num_rows = num_rows
         self.with_timestep = with_timestep
@@ -41,9 +78,17 @@ class ShardFileWriter:
         self.schema = arrow_schema(with_timestep=with_timestep)
         self._sink = pa.OSFile(str(self.path), "wb")
         self._stream = pa.ipc.new_stream(self._sink, self.schema)
-        self._pending: dict[str, list] = {}
-        self._pending_bytes = 0
+        self._new_batch()
         self.rows_written = 0
+        self.record_batches = 0
+
+    def _new_batch(self) -> None:
+        self._cells = {name: _CellColumn() for name in TENSOR_COLUMNS}
+        self._values: dict[str, list] = {KEY_COLUMN: [], TIMESTEP_COLUMN: []}
+
+    @property
+    def _pending_rows(self) -> int:
+        return len(self._values[KEY_COLUMN])
 
     def append(self, *, key: str, t5, clip, mean, logvar, timestep: int | None = None) -> None:
         """Adds one row; float tensors are rounded to bf16, uint16 arrays are taken as bf16 bits."""
@@ -51,26 +96,38 @@ class ShardFileWriter:
             raise ValueError(f"{self.path}: all {self.num_rows} rows are written already")
         if (timestep is None) == self.with_timestep:
             raise ValueError(f"{self.path}: timestep must be {'given' if self.with_timestep else 'None'}")
-        self._pending.setdefault(KEY_COLUMN, []).append(key)
-        for name, tensor in zip(TENSOR_COLUMNS, (t5, clip, mean, logvar), strict=True):
-            # kept as bits until the batch is built: each cell is copied once, into its column
-            bits = bf16_bits(tensor)
-            self._pending.setdefault(name, []).append(bits)
-            self._pending_bytes += len(bf16_npy_header(bits.shape)) + bits.nbytes
+        cells = {name: bf16_bits(tensor) for name, tensor in zip(TENSOR_COLUMNS, (t5, clip, mean, logvar), strict=True)}
+        headers = {name: bf16_npy_header(bits.shape) for name, bits in cells.items()}
+        sizes = {name: len(headers[name]) + cells[name].nbytes for name in cells}
+        if self._pending_rows and any(self._cells[n].size + sizes[n] > _BINARY_LIMIT for n in cells):
+            self._flush()
+        rows_expected = self._rows_expected(sum(sizes.values()))
+        for name, bits in cells.items():
+            self._cells[name].append(headers[name], bits, rows_expected=rows_expected)
+        self._values[KEY_COLUMN].append(key)
         if self.with_timestep:
-            self._pending.setdefault(TIMESTEP_COLUMN, []).append(int(timestep))
+            self._values[TIMESTEP_COLUMN].append(int(timestep))
         self.rows_written += 1
-        if self.rows_written < self.num_rows and self._pending_bytes >= self.batch_bytes:
+        if (self.batch_bytes is not None and self.rows_written < self.num_rows
+                and sum(c.size for c in self._cells.values()) >= self.batch_bytes):
             self._flush()
 
+    def _rows_expected(self, row_bytes: int) -> int:
+        """The rows the batch being built will hold, this one included, as the columns size their buffers."""
+        left = self.num_rows - self.rows_written
+        if self.batch_bytes is None:
+            return left
+        room = self.batch_bytes - sum(c.size for c in self._cells.values())
+        return max(1, min(left, math.ceil(room / row_bytes)))
+
     def _flush(self) -> None:
-        if not self._pending:
+        if not self._pending_rows:
             return
-        columns = [_npy_cells(self._pending[field.name]) if field.name in TENSOR_COLUMNS
-                   else pa.array(self._pending[field.name], type=field.type) for field in self.schema]
+        columns = [self._cells[field.name].array() if field.name in TENSOR_COLUMNS
+                   else pa.array(self._values[field.name], type=field.type) for field in self.schema]
         self._stream.write_batch(pa.record_batch(columns, schema=self.schema))
-        self._pending = {}
-        self._pending_bytes = 0
+        self.record_batches += 1
+        self._new_batch()
 
     def close(self) -> int:
         """Writes the last batch and closes the file; returns its size in bytes."""
@@ -83,23 +140,6 @@ class ShardFileWriter:
 
     def abort(self) -> None:
         self._sink.close()
-
-
-def _npy_cells(cells: list[np.ndarray]) -> pa.Array:
-    """A binary column whose cells are np.save's bytes of each bf16 bit array, built in one buffer
-    (the same bytes pa.array makes from encoded cells, without a copy per cell in between)."""
-    headers = [bf16_npy_header(bits.shape) for bits in cells]
-    sizes = np.fromiter((len(header) + bits.nbytes for header, bits in zip(headers, cells, strict=True)),
-                        dtype=np.int64, count=len(cells))
-    offsets = np.zeros(len(cells) + 1, dtype=np.int32)
-    if sizes.sum() >= 2**31:
-        raise ValueError(f"a record batch of {sizes.sum():,} bytes in one column: over binary's 2 GiB offsets")
-    np.cumsum(sizes, out=offsets[1:])
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    for start, header, bits in zip(offsets[:-1].tolist(), headers, cells, strict=True):
-        data[start:start + len(header)] = np.frombuffer(header, dtype=np.uint8)
-        data[start + len(header):start + len(header) + bits.nbytes] = bits.reshape(-1).view(np.uint8)
-    return pa.Array.from_buffers(pa.binary(), len(cells), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def split_fingerprint(fingerprint_seed: str, shard_names: list[str]) -> str:
@@ -129,7 +169,7 @@ class SplitWriter:
         num_rows: int,
         rows_per_shard: int = REFERENCE_ROWS_PER_SHARD,
         with_timestep: bool,
-        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        batch_bytes: int | None = None,
         fingerprint_seed: str = "",
         overwrite: bool = False,
     ) -> None:

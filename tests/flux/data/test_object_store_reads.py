@@ -15,10 +15,11 @@ from flux.data.schema import FluxDataError
 from flux.data.splits import open_splits
 from flux.data.synthetic import main as generate_main
 
-# several record batches per shard and several shards: the walk over the stream's messages and the
-# shard lookup both matter
+# 3 shards of 13 or 14 rows, each one record batch (save_to_disk's layout, the default) or several (rows of
+# 6,720 B in batches of at most 5 rows): the walk over the stream's messages and the shard lookup both matter
 GENERATE = ["--size", "tiny", "--seed", "2", "--num-train", "40", "--num-validation", "6", "--rows-per-shard", "16",
             "--no-progress"]
+LAYOUTS = {"one-batch-per-shard": [], "several-batches-per-shard": ["--record-batch-bytes", str(5 * 6_720)]}
 
 
 def _same_batch(a, b) -> None:
@@ -32,10 +33,11 @@ def _same_batch(a, b) -> None:
     assert a.num_bytes == b.num_bytes
 
 
-def test_generated_into_a_bucket_and_read_in_ranges_gives_the_same_batches(object_endpoint, tmp_path):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_generated_into_a_bucket_and_read_in_ranges_gives_the_same_batches(object_endpoint, tmp_path, layout):
     local = tmp_path / "local"
-    assert generate_main([*GENERATE, "--out", str(local)]) == 0
-    assert generate_main([*GENERATE, "--out", "s3://data/flux/tiny"]) == 0
+    assert generate_main([*GENERATE, *LAYOUTS[layout], "--out", str(local)]) == 0
+    assert generate_main([*GENERATE, *LAYOUTS[layout], "--out", "s3://data/flux/tiny"]) == 0
     bucket_dir = tmp_path / "s3" / "data" / "flux" / "tiny"
     local_files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file() and not p.name.startswith("."))
     assert local_files == sorted(p.relative_to(bucket_dir) for p in bucket_dir.rglob("*") if p.is_file())
@@ -45,6 +47,8 @@ def test_generated_into_a_bucket_and_read_in_ranges_gives_the_same_batches(objec
     from_path = open_splits(local, readahead=False)
     from_store = open_splits(ObjectPath("s3://data/flux/tiny"))
     assert len(from_store.train) == 40 and from_store.train.shapes == from_path.train.shapes
+    assert from_store.train.record_batches_per_shard == from_path.train.record_batches_per_shard == (
+        1 if layout == "one-batch-per-shard" else 3)
     assert torch.equal(from_store.empty.t5.view(torch.int16), from_path.empty.t5.view(torch.int16))
     before = process_tally()
     for indices in (np.array([0, 1, 2]), np.array([39, 17, 5, 16, 31]), np.array([39, 17, 5, 16, 31])):

@@ -148,3 +148,21 @@ def test_storage_content_reads_like_the_learnable_one_with_bounded_random_cells(
     with pytest.raises(FileExistsError, match="other settings"):
         ensure_synthetic(tmp_path / "storage", size="tiny", seed=2)
     assert ensure_synthetic(tmp_path / "storage", size="tiny", seed=2, content="storage") == tmp_path / "storage"
+
+
+def test_record_batch_bytes_cuts_shards_into_several_batches_and_generator_json_says_so(tmp_path: Path) -> None:
+    """The default is save_to_disk's one record batch per shard (generator.json names nothing);
+    --record-batch-bytes trades that layout for less memory while writing, and is recorded."""
+    common = ["--size", "tiny", "--seed", "4", "--num-train", "30", "--num-validation", "8", "--rows-per-shard", "15"]
+    assert main([*common, "--out", str(tmp_path / "one")]) == 0
+    assert main([*common, "--out", str(tmp_path / "cut"), "--record-batch-bytes", str(4 * 6_720)]) == 0
+    one, cut = FluxArrowDataset(tmp_path / "one" / "train"), FluxArrowDataset(tmp_path / "cut" / "train")
+    assert one.record_batches_per_shard == 1 and cut.record_batches_per_shard == 4  # 4 + 4 + 4 + 3 rows
+    assert "record_batch_bytes" not in read_generator_info(tmp_path / "one")
+    assert read_generator_info(tmp_path / "cut")["record_batch_bytes"] == 4 * 6_720
+    every = np.arange(30)
+    for name in ("t5", "clip", "mean", "logvar"):  # the same samples either way
+        assert torch.equal(getattr(one.get_batch(every), name).view(torch.int16),
+                           getattr(cut.get_batch(every), name).view(torch.int16))
+    with pytest.raises(SystemExit):
+        main([*common, "--out", str(tmp_path / "bad"), "--record-batch-bytes", "0"])

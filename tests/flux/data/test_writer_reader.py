@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ def _write_rows(
     num_rows: int,
     rows_per_shard: int,
     with_timestep: bool,
-    batch_bytes: int = 64 << 20,
+    batch_bytes: int | None = None,
     seed: int = 0,
 ) -> list[dict]:
     generator = torch.Generator().manual_seed(seed)
@@ -59,13 +60,17 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(torch.int16)
 
 
-@pytest.mark.parametrize("batch_bytes", [64 << 20, 700], ids=["one-batch-per-shard", "many-batches-per-shard"])
-def test_round_trip_is_bit_exact_in_any_order(tmp_path: Path, batch_bytes: int) -> None:
+def _record_batches(path: Path) -> int:
+    return len(list(pa.ipc.open_stream(pa.memory_map(str(path)))))
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 700], ids=["one-batch-per-shard", "many-batches-per-shard"])
+def test_round_trip_is_bit_exact_in_any_order(tmp_path: Path, batch_bytes: int | None) -> None:
     rows = _write_rows(tmp_path / "val", num_rows=11, rows_per_shard=4, with_timestep=True, batch_bytes=batch_bytes)
     dataset = FluxArrowDataset(tmp_path / "val")
-    if batch_bytes == 700:  # the small cap really did split shards into several record batches
-        stream = pa.ipc.open_stream(pa.memory_map(str(dataset.shard_paths[0])))
-        assert len(list(stream)) > 1
+    counts = [_record_batches(path) for path in dataset.shard_paths]
+    assert counts == [1, 1, 1] if batch_bytes is None else min(counts) > 1  # the small cap did split shards
+    assert dataset.record_batches_per_shard == max(counts)
     order = np.array([10, 0, 7, 3, 4, 3, 9, 1])
     batch = dataset.get_batch(order)
     assert len(batch) == len(order)
@@ -215,3 +220,31 @@ def test_pinned_batch_copies_to_the_accelerator() -> None:
     on_device = pinned.to("cuda", non_blocking=True)
     torch.cuda.synchronize()
     assert torch.equal(on_device.mean.cpu(), batch.mean) and on_device.timestep.device.type == "cuda"
+
+
+def test_a_shard_is_one_record_batch_as_save_to_disk_writes_it_built_once_in_memory(tmp_path: Path) -> None:
+    """20 rows of 4 MiB T5 cells: 80 MiB of cells, one record batch (the 64 MiB cap of old made two),
+    built with one copy of each cell: the writer's peak is about the shard, not twice it."""
+    t5_shape = (512, 4096)
+    cells = 20 * (2 * 512 * 4096 + 128)
+    tracemalloc.start()
+    try:
+        with SplitWriter(tmp_path / "train", num_rows=20, rows_per_shard=20, with_timestep=False) as writer:
+            for index in range(20):
+                writer.append(key=f"k{index}", t5=np.full(t5_shape, index, dtype=np.uint16),
+                              clip=np.full(CLIP, index, dtype=np.uint16), mean=np.zeros(LATENT, dtype=np.uint16),
+                              logvar=np.zeros(LATENT, dtype=np.uint16))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert cells <= peak < 1.25 * cells, (peak, cells)
+    dataset = FluxArrowDataset(tmp_path / "train")
+    assert _record_batches(dataset.shard_paths[0]) == dataset.record_batches_per_shard == 1
+    batch = dataset.get_batch(np.array([19, 0]))
+    assert batch.t5.view(torch.int16)[:, 0, 0].tolist() == [19, 0] and batch.clip.view(torch.int16)[0, 0] == 19
+
+
+def test_a_record_batch_ends_before_a_column_would_pass_its_2_gib_offsets(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("flux.data.writer._BINARY_LIMIT", 3 * (2 * 16 * 2 * 4 + 128))  # three latent cells, the largest
+    _write_rows(tmp_path / "s", num_rows=7, rows_per_shard=7, with_timestep=False)
+    assert _record_batches(tmp_path / "s" / "data-00000-of-00001.arrow") == 3  # 3 + 3 + 1 rows
