@@ -12,7 +12,9 @@
                 cpu_busy (the host's CPUs over the timed steps, 0-1), cpu_saturated,
                 client_memory: {client_host_memory_in_gb, applied, reason, cgroup, limit_bytes,
                 cache_bytes (the page cache it held at the end), peak_bytes, rss_bytes, oom_kills}}],
-     "client_cpu_saturated": any host's CPUs >= 90% busy (the client, not the storage, was the limit)}
+     "client_cpu_saturated": any host's CPUs >= 90% busy (the client, not the storage, was the limit),
+     "phases": what the data path's one-time and per-window phases cost here (storage.emulation.phase_costs;
+               None for a run that recorded none)}
 
 Storage rates come from the load profile of the same run (load_profile.json, written just
 before): logical bytes are what the loaders asked for, unique the distinct byte ranges, process the
@@ -25,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from storage.emulation.phase_costs import phase_costs
 from storage.host.cpu_use import SATURATED
 
 REPORT_FILE = "emulation.json"
@@ -123,7 +126,16 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
         "hosts": hosts,
         "client_cpu_saturated": any(h["cpu_saturated"] for h in hosts),
         "checkpoints": checkpoint_figures(utilisations),
+        "phases": _phases(profile, samples_per_s=samples / max(walls) if max(walls) > 0 else None,
+                          device_bytes_per_sample=per_sample["device"]),
     }
+
+
+def _phases(profile: Mapping[str, Any] | None, **rates: float | None) -> dict[str, Any] | None:
+    try:  # a measurement: a profile it cannot read leaves the verdict standing
+        return phase_costs(profile, **rates)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+        return {"one_time": [], "per_window": [], "unavailable": f"{type(error).__name__}: {error}"}
 
 
 def checkpoint_figures(utilisations: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ with the storage load the loaders put on the storage there.
     python -m storage.sweep --benchmark flux --accelerator b200 \\
         --gin_config flux/configs/debug.gin --gin_bindings 'flux.DataConfig.data_root = "/data"' \\
         [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
-        [--client-host-memory-in-gb G]
+        [--client-host-memory-in-gb G] [--phases-from RUN_DIR] [--phase-probe-mb MB]
 
 Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.sweep.launch):
 
@@ -33,6 +33,13 @@ Written to --out (default runs/sweeps/<benchmark>_<accelerator>_<timestamp>):
     runs/n<N>.log          each point's console
     sweep.json             every point's figures and the headline
     sweep.md, sweep.png    the table; AU and MB/s against the accelerator count
+
+The data path's storage phases (load_profile.json `phases`: a cache build once, a scan each window)
+are reported with what they cost on this storage (storage.sweep.phases): per-window phases from
+every point, in the table; one-time phases measured where a point ran them, else from the run that
+wrote the dataset (--phases-from RUN_DIR, whose load profile has them) with their time derived from
+this file system's sequential write and read rates, probed at the end in the sweep's own process
+(--phase-probe-mb, 0: no probe). A sweep whose runs recorded no phase says nothing more.
 
 --dlio also replays each point with DLIO 2.0.0 (storage.dlio.replay): DLIO generates its own
 data for the run's workload, the data is dropped from the page cache, and DLIO trains on it at
@@ -63,14 +70,15 @@ from storage.compute_times import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
 from storage.sweep.hosts import host_summaries
 from storage.sweep.launch import LAUNCHERS, Launcher, LaunchError, make_launcher
+from storage.sweep import phases as sweep_phases
 from storage.sweep.plot import bar as _bar
 # what the sweep's callers and tests import from here, wherever it lives now
 from storage.sweep.report import (_answers_line, _au, _cpu, _number, headline_text, markdown_table,  # noqa: F401
                                   sweep_document, write_outputs)
 from storage.sweep.rules import (Figures, Point, PointFailed, SweepError, counts, figures_of_report,  # noqa: F401
-                                 headline, sweep_counts)
+                                 headline, sweep_counts, up_to_first_failure)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # the bindings the sweep sets itself at every point; the same binding from the user would be lost
 SWEEP_BINDINGS = ("common.RunConfig.emulate", "common.RunConfig.output_root", "common.RunConfig.run_name",
                   "common.RunConfig.max_steps")
@@ -178,7 +186,7 @@ def run_point(cmd: list[str], *, run_dir: Path, log: Path, timeout_s: float | No
                           f"{shlex.join(cmd)}\n  log {log}:\n{log_tail(log)}") from None
     run = {"run_dir": str(run_dir), "log": str(log), "command": shlex.join(cmd),
            "seconds": round(time.monotonic() - started, 2),
-           "bytes_per_sample": report.get("bytes_per_sample")}
+           "bytes_per_sample": report.get("bytes_per_sample"), "phases": report.get("phases")}
     return report, run
 
 
@@ -229,6 +237,12 @@ def _parser() -> argparse.ArgumentParser:
                              "--work): MPI reaches them with storage/host/emulated_host_ssh instead of ssh")
     parser.add_argument("--master-addr", default=None,
                         help="where rank 0 listens (default: the first host's address)")
+    parser.add_argument("--phases-from", type=Path, default=None,
+                        help="a run directory whose load profile recorded this dataset's one-time phases (e.g. the run "
+                             "that built its cache): reported with their time on this storage")
+    parser.add_argument("--phase-probe-mb", type=float, default=64.0,
+                        help="MB written and read back beside the dataset to measure the sequential rates a one-time "
+                             "phase gets here, when a point did not run it (default 64; 0: no probe)")
     parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold (3.0.x's object mode for s3:// data)")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
@@ -265,6 +279,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         if not {"storage.Emulation.seconds_per_step", "storage.Emulation.batch_per_accelerator"} <= bound:
             raise SweepError(f"--accelerator {args.accelerator!r} with --compute-times {args.compute_times}: {error}") \
                 from None
+    if args.phase_probe_mb < 0:
+        raise SweepError(f"--phase-probe-mb must be >= 0, got {args.phase_probe_mb:g}")
+    args.phases_profile = _phases_profile(args.phases_from) if args.phases_from is not None else None
     if args.dlio_work_dir is not None and not args.dlio:
         raise SweepError("--dlio-work-dir is only used with --dlio")
     try:
@@ -309,7 +326,8 @@ class Sweep:
                 "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": self.gin_bindings,
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "launcher": self.launcher.kind, "hosts": self.launcher.host_names() or None,
-                "dlio": a.dlio, "out": str(self.out), "created": self.created}
+                "dlio": a.dlio, "out": str(self.out), "created": self.created,
+                "phases_from": None if getattr(a, "phases_from", None) is None else str(a.phases_from)}
 
     def measure(self, n: int) -> Point:
         a = self.args
@@ -338,6 +356,49 @@ class Sweep:
         print(f"[sweep] {n} x {label}: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
         return dataclasses.replace(point, dlio=figures, dlio_run=details)
+
+
+def _phases_profile(run_dir: Path) -> dict[str, Any]:
+    """--phases-from's load profile, its phases checked (SweepError naming the file and field)."""
+    from storage.load_profile.phases import PhaseError, check_phases
+    from storage.load_profile.session import PROFILE_FILE
+
+    path = run_dir / PROFILE_FILE
+    try:
+        profile = json.loads(path.read_text())
+        check_phases(profile.get("phases"))
+    except (OSError, ValueError, AttributeError) as error:
+        what = f"field {error}" if isinstance(error, PhaseError) else f"no readable load profile ({error})"
+        raise SweepError(f"--phases-from {run_dir}: {path}: {what}") from None
+    return profile
+
+
+def phase_summary(args: argparse.Namespace, points: Sequence[Point]) -> dict[str, Any] | None:
+    """sweep.json's `phases`, the sequential rates probed beside the dataset where a one-time phase needs them."""
+    profile = getattr(args, "phases_profile", None)
+    found = sweep_phases.one_time_found(points, profile, str(args.phases_from))
+    probe = _probe(points, args.phase_probe_mb) if points and sweep_phases.needs_probe(found) else None
+    best = headline(up_to_first_failure([p.figures for p in points]))["accelerators"]
+    return sweep_phases.summary(points, headline_accelerators=best, phases_from=profile,
+                                phases_from_dir=str(args.phases_from), probe=probe)
+
+
+def _probe(points: Sequence[Point], megabytes: float) -> dict[str, Any]:
+    from storage.host.sequential_rates import RateProbeError, sequential_rates
+
+    if not megabytes:
+        return {"unavailable": "--phase-probe-mb 0"}
+    try:
+        folder = sweep_phases.probe_folder(dataset_root(Path(points[0].run["run_dir"])))
+    except SweepError as error:
+        return {"unavailable": str(error)}
+    if folder is None:
+        return {"unavailable": "the data is in an object store: no file system to probe"}
+    print(f"[sweep] a one-time phase's time here: probing the sequential rates of {folder} ({megabytes:g} MB)", flush=True)
+    try:
+        return sequential_rates(folder, int(megabytes * 1e6)).as_dict()
+    except RateProbeError as error:
+        return {"unavailable": str(error)}
 
 
 def _load_profile(run_dir: Path) -> dict[str, Any] | None:
@@ -381,8 +442,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         sweep_counts(measure, args.max_accelerators, with_dlio=args.dlio)
     except SweepError as error:  # a failed point: what was measured is still written
         failure = str(error)
-    document = write_outputs(out, settings=sweep.settings(), points=points, failure=failure)
+    try:  # a measurement beside the answer: it never costs the sweep its table
+        phases = phase_summary(args, points)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as error:
+        print(f"[sweep] warning: the phases' cost not reported: {type(error).__name__}: {error}", flush=True)
+        phases = None
+    document = write_outputs(out, settings=sweep.settings(), points=points, failure=failure, phases=phases)
     print(markdown_table(points), flush=True)
+    for line in sweep_phases.lines(document["phases"]):
+        print(f"[sweep] phases: {line}", flush=True)
     if failure:
         print(f"[sweep] error: {failure}", file=sys.stderr, flush=True)
         return 1

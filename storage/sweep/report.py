@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from storage.sweep import phases as sweep_phases
 from storage.sweep.hosts import hosts_table, plot_host
 from storage.sweep.plot import bar as _bar
 from storage.sweep.plot import plot
@@ -41,9 +42,11 @@ def markdown_table(points: Sequence[Point]) -> str:
     with_dlio = any(p.dlio is not None for p in points)
     with_cache = any(p.figures.page_cache_bytes is not None for p in points)
     with_objects = any(p.figures.object_requests_per_s is not None for p in points)
+    with_windows = any(p.figures.window_phase_mb is not None for p in points)
     header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
               "device IOPS", "client CPU"] + (["page cache MB"] if with_cache else []) + \
         (["GET/s", "GETs/sample", "B/GET", "GET ms"] if with_objects else []) + \
+        (["window phase MB", "its share of device B/sample", "its share of window time"] if with_windows else []) + \
         (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for point in points:
@@ -56,6 +59,8 @@ def markdown_table(points: Sequence[Point]) -> str:
         if with_objects:
             row += [_number(f.object_requests_per_s, ",.1f"), _number(f.object_requests_per_sample, ",.2f"),
                     _number(f.object_bytes_per_request, ",.0f"), _number(f.object_latency_ms, ",.1f")]
+        if with_windows:
+            row += [_number(f.window_phase_mb, ",.1f"), _au(f.window_phase_device_share), _au(f.window_phase_time_share)]
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
@@ -74,8 +79,10 @@ def _threshold(points: Sequence[Point]) -> float | None:
     return points[0].au_threshold if points else None
 
 
-def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], failure: str | None) -> dict[str, Any]:
-    """sweep.json's content: the settings, every point, our headline and DLIO's."""
+def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], failure: str | None,
+                   phases: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """sweep.json's content: the settings, every point, our headline and DLIO's, and what the data path's
+    phases cost on this storage (storage.sweep.phases.summary; None where no run recorded one)."""
     ours = headline(up_to_first_failure([p.figures for p in points]))
     dlio_figures = [p.dlio for p in points if p.dlio is not None]
     dlio = headline(up_to_first_failure(dlio_figures)) if settings.get("dlio") else None
@@ -92,6 +99,7 @@ def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], fail
         # real loader gets from the same storage
         "dlio_over_ours": (dlio["accelerators"] / ours["accelerators"]
                            if dlio is not None and dlio["accelerators"] and ours["accelerators"] else None),
+        "phases": dict(phases) if phases else None,
         "failure": failure,
     }
 
@@ -104,6 +112,11 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
              f"**Headline**: {headline_text(document['headline'], threshold)}; device "
              f"{_number(document['headline']['device_mb_per_s'], ',.2f')} MB/s, "
              f"{_number(document['headline']['device_read_iops'], ',.0f')} IOPS."]
+    phase_lines = sweep_phases.lines(document.get("phases"))
+    if phase_lines:
+        lines += ["", "**The data path's phases on this storage** (beside the headline: a one-time phase is paid once "
+                      "per dataset, a per-window phase every window; `phases` in sweep.json):", "",
+                  *[f"- {line}" for line in phase_lines]]
     saturated = [p.figures.accelerators for p in points if p.figures.client_cpu_saturated]
     if saturated:
         counts_text = ", ".join(map(str, saturated))
@@ -146,9 +159,9 @@ def _answers_line(document: Mapping[str, Any]) -> str:
 
 
 def write_outputs(out: Path, *, settings: Mapping[str, Any], points: Sequence[Point],
-                  failure: str | None, with_plot: bool = True) -> dict[str, Any]:
+                  failure: str | None, with_plot: bool = True, phases: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """sweep.json always; sweep.md and sweep.png with `with_plot` (the end of the sweep)."""
-    document = sweep_document(settings=settings, points=points, failure=failure)
+    document = sweep_document(settings=settings, points=points, failure=failure, phases=phases)
     staging = out / (SWEEP_FILE + ".tmp")
     staging.write_text(json.dumps(document, indent=2) + "\n")
     staging.replace(out / SWEEP_FILE)  # a reader never sees half a file, even mid-sweep

@@ -38,6 +38,11 @@ class Figures:
     object_requests_per_sample: float | None = None
     object_bytes_per_request: float | None = None
     object_latency_ms: float | None = None  # mean, from asking to the last byte
+    # the data path's per-window phases (a window's scan), all of them together: MB read per window over
+    # all ranks, their device bytes per sample over the run's, their seconds per window over a window's time
+    window_phase_mb: float | None = None
+    window_phase_device_share: float | None = None
+    window_phase_time_share: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +114,11 @@ def headline(figures: Sequence[Figures]) -> dict[str, Any]:
             "lower_bound": bool(figures) and all(f.passed for f in figures)}
 
 
+def _summed(entries: Sequence[Mapping[str, Any]], key: str, scale: float = 1.0) -> float | None:
+    known = [e[key] for e in entries if e.get(key) is not None]
+    return sum(known) * scale if known else None
+
+
 def figures_of_report(report: Mapping[str, Any]) -> Figures:
     """An emulation.json (storage.emulation.report) as the sweep's figures."""
     storage = report.get("storage") or {}
@@ -116,6 +126,7 @@ def figures_of_report(report: Mapping[str, Any]) -> Figures:
     busy = [h["cpu_busy"] for h in hosts if h.get("cpu_busy") is not None]
     caches = [(h.get("client_memory") or {}).get("cache_bytes") for h in hosts]
     caches = [c for c in caches if c is not None]
+    windows = (report.get("phases") or {}).get("per_window") or []
     return Figures(accelerators=int(report["accelerators"]), au_mean=float(report["au"]["mean"]),
                    au_min=float(report["au"]["min"]), passed=bool(report["passed"]),
                    samples_per_s=report.get("samples_per_s"), mb_per_s=storage.get("mb_per_s"),
@@ -127,4 +138,7 @@ def figures_of_report(report: Mapping[str, Any]) -> Figures:
                    object_requests_per_s=storage.get("object_requests_per_s"),
                    object_requests_per_sample=storage.get("object_requests_per_sample"),
                    object_bytes_per_request=storage.get("object_bytes_per_request"),
-                   object_latency_ms=storage.get("object_latency_ms"))
+                   object_latency_ms=storage.get("object_latency_ms"),
+                   window_phase_mb=_summed(windows, "bytes_per_window", 1e-6),
+                   window_phase_device_share=_summed(windows, "share_of_device_bytes_per_sample"),
+                   window_phase_time_share=_summed(windows, "share_of_window_time"))
