@@ -21,11 +21,17 @@ device whose reads a cgroup holds to a chosen rate. Root only.
    are held to that much memory, page cache included (a memory cgroup: storage.sweep's flag), so
    that the page cache cannot hold more of the data than such a client would. The table and the
    headlines are the sweep's (sweep.md, sweep.json, sweep.png under --out).
+4. The data path's storage phases (a cache build once, a scan each window), where the runs recorded
+   any: the sweep reports what they cost on this device (per-window ones in its table; one-time ones
+   measured in a point, or, where the dataset's writing run of step 2 ran them outside the throttle,
+   timed at the device's sequential rates probed inside the cgroup), and they are printed again
+   beside the table as `[knee] phases: ...` lines. A run without phases prints nothing more.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import signal
 import subprocess
@@ -37,6 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from storage.host.proactive_reclaim import paused_for_storage_runs  # noqa: E402
+from storage.load_profile.session import PROFILE_FILE  # noqa: E402
+from storage.sweep.phases import lines as phase_lines  # noqa: E402
 from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 DEBUG_CONFIGS = {
@@ -90,12 +98,25 @@ def _gin_flags(args: argparse.Namespace, data_root: Path) -> list[str]:
     return flags
 
 
-def _write_dataset(args: argparse.Namespace, data_root: Path, out: Path) -> None:
+def _write_dataset(args: argparse.Namespace, data_root: Path, out: Path) -> Path:
+    """The run directory of the short run that wrote the dataset (and ran its one-time phases, if any)."""
     cmd = [sys.executable, "-m", f"{args.benchmark}.train", *_gin_flags(args, data_root),
            "--gin_bindings", 'common.RunConfig.emulate = "b200"', "--gin_bindings", "common.RunConfig.max_steps = 2",
-           "--gin_bindings", f'common.RunConfig.output_root = "{out / "dataset_run"}"']
+           "--gin_bindings", f'common.RunConfig.output_root = "{out / "dataset_run"}"',
+           "--gin_bindings", 'common.RunConfig.run_name = "dataset"']
     print(f"[knee] writing the dataset under {data_root}", flush=True)
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return out / "dataset_run" / args.benchmark / "dataset"
+
+
+def _print_phases(sweep_out: Path) -> None:
+    """The phases' cost on this device, beside the sweep's table (nothing for runs without phases)."""
+    try:
+        phases = json.loads((sweep_out / "sweep.json").read_text()).get("phases")
+    except (OSError, ValueError):
+        return
+    for line in phase_lines(phases):
+        print(f"[knee] phases: {line}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with paused_for_storage_runs("[knee]", keep=args.keep_reclaim), \
             ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
+        written = None
         if args.dataset is not None:
             print(f"[knee] copying {args.dataset} onto the device", flush=True)
             shutil.copytree(args.dataset, disk.mount / args.dataset.name)
         else:
-            _write_dataset(args, disk.mount, out)
+            written = _write_dataset(args, disk.mount, out)
         sweep = [sys.executable, "-m", "storage.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
                  *_gin_flags(args, disk.mount), "--steps", str(args.steps),
                  "--max-accelerators", str(args.max_accelerators), "--out", str(out / "sweep")]
@@ -126,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             sweep += ["--client-host-memory-in-gb", str(args.client_host_memory_in_gb)]
         if args.compute_times:
             sweep += ["--compute-times", args.compute_times]
+        if written is not None and (written / PROFILE_FILE).is_file():
+            # its one-time phases ran outside the throttle: the sweep times them at the device's probed rates
+            sweep += ["--phases-from", str(written)]
         print(f"[knee] {disk.device} read-limited to {args.read_mbps} MiB/s; sweeping in its cgroup", flush=True)
         code = subprocess.run(disk.wrap(sweep), cwd=REPO).returncode
+    _print_phases(out / "sweep")
     return code
 
 

@@ -177,3 +177,28 @@ def test_the_one_time_kind_is_what_the_summary_reads():
                                                                           "seconds": 1.0, "seconds_slowest_rank": 1.0,
                                                                           "bytes_read": 1, "bytes_written": 0}}}},
                                        "/r")[0]["source"] == "--phases-from /r"
+
+
+def _knee_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "storage_knee.py"
+    spec = importlib.util.spec_from_file_location("storage_knee_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_storage_knee_prints_the_phases_beside_its_table_and_nothing_for_a_sweep_without(tmp_path, data, monkeypatch,
+                                                                                          capsys):
+    knee = _knee_script()
+    _recorded_launches(monkeypatch, data, phases=True, cache_in=1)
+    _sweep(tmp_path)
+    capsys.readouterr()
+    knee._print_phases(tmp_path / "out")
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in printed] == ["[knee] phases: cache_build", "[knee] phases: window_anchor_scan"]
+    (tmp_path / "out" / "sweep.json").write_text(json.dumps({"phases": None}))
+    knee._print_phases(tmp_path / "out")
+    knee._print_phases(tmp_path / "nowhere")
+    assert capsys.readouterr().out == ""
