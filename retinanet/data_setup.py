@@ -16,13 +16,14 @@ import numpy as np
 
 from common.config.checks import ConfigError
 from common.data.generation import LEARNABLE, STORAGE
-from common.distributed.collectives import run_on_rank0
+from common.distributed.collectives import object_from_rank0, run_on_rank0
 from common.distributed.setup import DistInfo
 from common.object_store.location import ObjectPath, data_location
 from common.object_store.publish import generate_then_publish
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
+from retinanet.data.eval_order import rank_eval_images
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
 from retinanet.model.flavors import RetinaNetFlavor
 from retinanet.run_config import DataConfig
@@ -101,22 +102,34 @@ class DetectionData:
     train: OpenImagesDetectionDataset  # augmented; index epoch * len + i is image i in that epoch
     validation: OpenImagesDetectionDataset
     eval_image_count: int  # the first this many validation images are evaluated
+    eval_order: str = "permuted"  # retinanet.data.eval_order
+    eval_pad_to_world_size: bool = True
+    # the validation json's bytes as read for `validation` (rank 0 only): the evaluation's ground
+    # truth is parsed from them, so the file is read once per run, as the reference reads it
+    validation_json: bytes | None = None
 
     @property
     def categories(self) -> CategoryMap:
         return self.train.categories
 
     def describe(self) -> str:
+        padded = ", padded to the world size" if self.eval_pad_to_world_size else ""
         return (
             f"{self.dataset_dir}: {len(self.train):,} train images, {self.eval_image_count:,} of "
-            f"{len(self.validation):,} validation images evaluated, {self.categories.num_classes} classes, "
-            f"{self.train.settings.image_size}px"
+            f"{len(self.validation):,} validation images evaluated ({self.eval_order} order{padded}), "
+            f"{self.categories.num_classes} classes, {self.train.settings.image_size}px"
         )
 
     def eval_batches(self, *, rank: int, world_size: int, batch_size: int) -> list[np.ndarray]:
-        """Rank `rank`'s validation images (every world_size-th), in batches; ranks may differ by one image."""
-        mine = np.arange(rank, self.eval_image_count, world_size, dtype=np.int64)
+        """Rank `rank`'s validation images in batches: the same at every evaluation."""
+        mine = rank_eval_images(self.eval_image_count, rank=rank, world_size=world_size, order=self.eval_order,
+                                pad=self.eval_pad_to_world_size)
         return [mine[start : start + batch_size] for start in range(0, len(mine), batch_size)]
+
+    def take_validation_json(self) -> bytes | None:
+        """The validation json's bytes, handed over once (the evaluator parses and keeps them)."""
+        content, self.validation_json = self.validation_json, None
+        return content
 
 
 def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo, seed: int) -> DetectionData:
@@ -130,8 +143,10 @@ def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo,
         resize=config.resize,
     )
     eval_settings = dataclasses.replace(train_settings, augment=False)
-    train = OpenImagesDetectionDataset.from_split(dataset_dir, layout.TRAIN_SPLIT, settings=train_settings)
-    validation = OpenImagesDetectionDataset.from_split(dataset_dir, layout.VALIDATION_SPLIT, settings=eval_settings)
+    train = OpenImagesDetectionDataset.from_split(dataset_dir, layout.TRAIN_SPLIT, settings=train_settings,
+                                                  drop_images_without_boxes=config.drop_train_images_without_boxes)
+    validation = OpenImagesDetectionDataset.from_split(dataset_dir, layout.VALIDATION_SPLIT, settings=eval_settings,
+                                                       keep_annotations_json=info.is_main)
     train_file = layout.split_paths(dataset_dir, layout.TRAIN_SPLIT).annotations_file
     val_file = layout.split_paths(dataset_dir, layout.VALIDATION_SPLIT).annotations_file
     if train.categories != validation.categories:
@@ -145,4 +160,10 @@ def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo,
     if len(validation) == 0:
         raise ConfigError(f"{val_file} lists no images to evaluate on")
     eval_count = min(config.eval_max_images or len(validation), len(validation))
-    return DetectionData(dataset_dir=dataset_dir, train=train, validation=validation, eval_image_count=eval_count)
+    # the load profile's description of the train files, taken here, before RUN_START, once per run
+    # (rank 0 stats the sampled files; the others receive its figures): inside the run the profile
+    # only reads it back
+    train.use_storage_description(object_from_rank0(train.storage_description() if info.is_main else None))
+    return DetectionData(dataset_dir=dataset_dir, train=train, validation=validation, eval_image_count=eval_count,
+                         eval_order=config.eval_order, eval_pad_to_world_size=config.eval_pad_to_world_size,
+                         validation_json=validation.take_annotations_json())

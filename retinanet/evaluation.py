@@ -3,6 +3,16 @@
 Each rank adds its detections (in the model's square input frame; add() maps them back to each
 original image), compute() gathers every rank's rows on rank 0, runs COCOeval there and hands
 the result to all ranks, so every rank can decide whether the quality target is reached.
+
+An image evaluated on several ranks (the reference's evaluation order pads the images to a
+multiple of the world size by repeating some: retinanet.data.eval_order) is scored once, with the
+detections of the first rank that has it: the reference's coco_eval.merge keeps the first of each
+image id over the ranks' results in rank order (np.unique with return_index).
+
+The ground truth is parsed once per run, at the first evaluation, and kept: the reference
+evaluates against the COCO object its dataset parsed at start (a deep copy per evaluation), and
+reads the file no more. COCOeval only adds an `ignore` flag to the kept annotations, recomputed
+from `iscrowd` at every evaluation, so one parse scores every evaluation alike.
 """
 
 from __future__ import annotations
@@ -34,14 +44,15 @@ class DetectionMetrics:
     num_detections: int
 
 
-def load_coco_quietly(annotations_file: str | Path | ObjectPath) -> COCO:
+def load_coco_quietly(annotations_file: str | Path | ObjectPath, *, content: bytes | None = None) -> COCO:
+    """pycocotools' COCO of the file, or of `content`, the file's bytes already read."""
     with contextlib.redirect_stdout(io.StringIO()):
-        if isinstance(annotations_file, ObjectPath):  # pycocotools opens paths only: hand it the parsed json
-            coco = COCO()
-            coco.dataset = json.loads(annotations_file.read_bytes())
-            coco.createIndex()
-        else:
+        if content is None and not isinstance(annotations_file, ObjectPath):
             coco = COCO(str(annotations_file))
+        else:  # pycocotools opens paths only: hand it the parsed json
+            coco = COCO()
+            coco.dataset = json.loads(annotations_file.read_bytes() if content is None else content)
+            coco.createIndex()
     # COCO.loadRes copies the optional top-level "info" and fails on files that omit it.
     coco.dataset.setdefault("info", {})
     return coco
@@ -70,16 +81,34 @@ def detections_to_coco_rows(
     return np.concatenate(rows) if rows else np.zeros((0, _ROW_WIDTH))
 
 
+def first_rank_rows(gathered: list[tuple[np.ndarray, list[int]]]) -> tuple[np.ndarray, set[int]]:
+    """The ranks' (rows, image ids), in rank order, merged: an image evaluated on several ranks
+    keeps the rows of the first, as the reference's merge keeps the first of each image id."""
+    seen: set[int] = set()
+    kept = []
+    for rows, ids in gathered:
+        new = set(ids) - seen
+        if len(new) < len(ids):  # a padded image this rank evaluated again: its rows are already in
+            rows = rows[np.isin(rows[:, 0], np.fromiter(new, dtype=np.float64, count=len(new)))]
+        kept.append(rows)
+        seen |= new
+    return (np.concatenate(kept) if kept else np.zeros((0, _ROW_WIDTH))), seen
+
+
 class CocoDetectionEvaluator:
     """Accumulates detections over an evaluation pass and scores them against a COCO json."""
 
     def __init__(self, annotations_file: str | Path | ObjectPath, *, categories: CategoryMap,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, annotations_json: bytes | None = None) -> None:
+        """`annotations_json`: the file's bytes as the dataset read them (rank 0), so scoring reads
+        the file no more; without them the first scoring reads it."""
         self.annotations_file = data_location(annotations_file)
-        if not self.annotations_file.is_file():
+        if annotations_json is None and not self.annotations_file.is_file():
             raise FileNotFoundError(f"evaluation annotations file not found: {self.annotations_file}")
         self.categories = categories
         self.verbose = verbose
+        self._annotations_json = annotations_json
+        self._coco_gt: COCO | None = None
         self._rows: list[np.ndarray] = []
         self._image_ids: set[int] = set()
 
@@ -108,19 +137,24 @@ class CocoDetectionEvaluator:
         )
 
     def _gathered(self) -> tuple[np.ndarray, set[int]] | None:
-        """All ranks' rows and image ids on rank 0 (None on other ranks)."""
+        """All ranks' rows and image ids on rank 0 (None on other ranks), each image's rows from
+        the first rank that evaluated it."""
         rows = np.concatenate(self._rows) if self._rows else np.zeros((0, _ROW_WIDTH))
         # Only rank 0 scores, so only rank 0 receives (a full val pass is ~7M rows at 300 per image).
         gathered = objects_on_rank0((rows, sorted(self._image_ids)))
         if gathered is None:
             return None
-        image_ids: set[int] = set()
-        for _, ids in gathered:
-            image_ids.update(ids)
-        return np.concatenate([r for r, _ in gathered]), image_ids
+        return first_rank_rows(gathered)
+
+    def ground_truth(self) -> COCO:
+        """The parsed validation json: parsed at the first call, kept for the run."""
+        if self._coco_gt is None:
+            self._coco_gt = load_coco_quietly(self.annotations_file, content=self._annotations_json)
+            self._annotations_json = None  # parsed: the bytes are no longer needed
+        return self._coco_gt
 
     def _score(self, rows: np.ndarray, image_ids: set[int]) -> DetectionMetrics:
-        coco_gt = load_coco_quietly(self.annotations_file)
+        coco_gt = self.ground_truth()
         unknown = image_ids - set(coco_gt.getImgIds())
         if unknown:
             raise ValueError(f"detections for image ids {sorted(unknown)[:10]} not in {self.annotations_file}")

@@ -10,7 +10,9 @@ import dataclasses
 import gin
 import torch
 
-from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
+from common.config.checks import (ConfigError, flavor_from, read, require, require_bool, require_choice, require_int,
+                                  require_number)
+from retinanet.data.eval_order import EVAL_ORDERS
 from retinanet.data.transforms import RESIZES
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
@@ -78,8 +80,21 @@ class DataConfig:
     data_root: str = "data"
     dataset: str = "synthetic-tiny-seed0"
     generate_if_missing: bool = True
-    num_workers: int = 1  # train loader processes (persistent across windows and epochs)
-    eval_num_workers: int = 0  # evaluation loader processes
+    # Defaults are the reference's data path (mlcommons/training 803adc1a, single_stage_detector/ssd;
+    # docs/fidelity.md): its train.py `-j` default of 4 workers for training and evaluation, torch
+    # DataLoader's prefetch of 2 batches per worker.
+    num_workers: int = 4  # train loader processes (persistent across windows and epochs; the reference re-forks)
+    eval_num_workers: int = 4  # evaluation loader processes
+    prefetch_factor: int = 2  # batches each loader worker holds ready, train and evaluation
+    # "permuted": the reference's DistributedSampler(shuffle=True, seed=0) without set_epoch, the same
+    # permutation at every evaluation; "index": the images in json order (retinanet.data.eval_order)
+    eval_order: str = "permuted"
+    # True: the reference's padding of the evaluated images to a multiple of the world size, by
+    # repeating the order's head (a padded image is read again, and scored once)
+    eval_pad_to_world_size: bool = True
+    # False: the reference's OpenImages path keeps train images left without a box (coco_utils.py
+    # get_openimages filters nothing; only its COCO path drops them)
+    drop_train_images_without_boxes: bool = False
     batches_per_window: int = 0  # global batches per streaming window; 0: one window per epoch
     eval_max_images: int = 0  # 0: the whole validation split
     skip_bad_files: bool = False  # count and skip unreadable images instead of failing
@@ -92,7 +107,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         require_int(self, "num_workers", "eval_num_workers", "batches_per_window", "eval_max_images", minimum=0)
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a directory name")
-        require_int(self, "generator_workers", minimum=1)
+        require_int(self, "generator_workers", "prefetch_factor", minimum=1)
+        require_choice(self, "eval_order", EVAL_ORDERS)
+        require_bool(self, "eval_pad_to_world_size", "drop_train_images_without_boxes")
         require_choice(self, "resize", RESIZES)
         require(self, "normalize_in_loader", self.normalize_in_loader or self.resize == "uint8_antialias",
                 'True unless retinanet.DataConfig.resize = "uint8_antialias" (the reference resize works on '

@@ -32,6 +32,7 @@ from common.run.loop import LoopResult
 from common.run.task import EvalPoint
 from retinanet.data.coco_annotations import AnnotationFormatError
 from retinanet.data.dataset import BadImageError
+from retinanet.data_path import data_path_settings
 from retinanet.data_setup import DetectionData, MissingDatasetError, prepare_data
 from retinanet.evaluation import CocoDetectionEvaluator
 from retinanet.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
@@ -62,9 +63,10 @@ class RetinaNetBuild:
         epochs = schedule.epochs
         train_loader = StreamingLoader(source=data.train,
                                        build_window=lambda key: epochs.window_batches(key, rank=info.rank),
-                                       num_workers=c.data.num_workers, seed=ctx.seed)
+                                       num_workers=c.data.num_workers, prefetch_factor=c.data.prefetch_factor,
+                                       seed=ctx.seed)
         return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset, data_dirs=[data.dataset_dir],
-                        count_samples=lambda batch: len(batch.image_ids))
+                        count_samples=lambda batch: len(batch.image_ids), data_path=data_path_settings(c.data))
 
     def training(self, plan: DataPlan) -> TrainingPlan:
         ctx, c, cfg, info, data, flavor = self.ctx, self.c, self.cfg, self.ctx.info, self.detection, self.flavor
@@ -84,7 +86,8 @@ class RetinaNetBuild:
 
         my_eval_batches = data.eval_batches(rank=info.rank, world_size=info.world_size, batch_size=cfg.eval_batch_size)
         eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: my_eval_batches,
-                                      num_workers=c.data.eval_num_workers, seed=ctx.seed)
+                                      num_workers=c.data.eval_num_workers, prefetch_factor=c.data.prefetch_factor,
+                                      seed=ctx.seed)
 
         def eval_batches(at: EvalPoint):
             # keys are epochs; every one reads the same images, and the next evaluation's first batch is prefetched
@@ -93,7 +96,9 @@ class RetinaNetBuild:
 
         task = RetinaNetTask(model=model, module=module, optimizer=optimizer, device=info.device,
                              local_batch_size=schedule.local_batch_size,
-                             evaluator=CocoDetectionEvaluator(data.validation.annotations_file, categories=data.categories),
+                             evaluator=CocoDetectionEvaluator(data.validation.annotations_file,
+                                                              categories=data.categories,
+                                                              annotations_json=data.take_validation_json()),
                              eval_batches=eval_batches, amp=cfg.amp, channels_last=cfg.channels_last)
 
         def summarize(result: LoopResult, untrained: float | None) -> tuple[dict, str | None]:

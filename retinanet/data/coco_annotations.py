@@ -68,6 +68,7 @@ class CocoDetectionIndex:
     images: ImageRecordTable
     num_degenerate_boxes_dropped: int
     num_images_without_boxes_dropped: int
+    json_bytes: bytes | None = None  # the file as read, when asked to keep it (keep_json)
 
     @property
     def num_boxes(self) -> int:
@@ -141,20 +142,22 @@ def _parse_bbox(entry: dict[str, Any], *, annotations_file: Path, where: str) ->
 
 
 def load_coco_detection_index(
-    annotations_file: str | Path | ObjectPath, *, drop_images_without_boxes: bool = False
+    annotations_file: str | Path | ObjectPath, *, drop_images_without_boxes: bool = False, keep_json: bool = False
 ) -> CocoDetectionIndex:
     """Parses and validates a COCO detection json.
 
     Boxes are converted to xyxy and clamped to the image; boxes left with no area are dropped
-    (and counted) as the reference does. `drop_images_without_boxes` mirrors the reference's
-    training-set filter.
+    (and counted) as the reference does. `drop_images_without_boxes` drops images left without a
+    box, as the reference's COCO path does (its OpenImages path does not). `keep_json` keeps the
+    file's bytes in the index, so a later parse (the evaluation's ground truth) reads nothing again.
     """
     annotations_file = data_location(annotations_file)
     if not annotations_file.is_file():
         raise FileNotFoundError(f"annotations file not found: {annotations_file}")
     try:
         with annotations_file.open("rb") as handle:
-            content = json.load(handle)
+            raw = handle.read()
+        content = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise AnnotationFormatError(f"{annotations_file}: not valid JSON: {error}") from error
     if not isinstance(content, dict):
@@ -211,6 +214,7 @@ def load_coco_detection_index(
         images=ImageRecordTable.from_records(records),
         num_degenerate_boxes_dropped=degenerate,
         num_images_without_boxes_dropped=without_boxes,
+        json_bytes=raw if keep_json else None,
     )
 
 

@@ -21,6 +21,7 @@ from common.object_store.location import ObjectPath, data_location
 from retinanet.data import layout
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
+from retinanet.data.file_read import read_front_to_back
 from retinanet.data.records import ImageRecord
 from retinanet.data.transforms import (RESIZES, decode_jpeg_rgb, flip_decision, horizontal_flip, reference_resize,
                                        resize_square)
@@ -72,6 +73,8 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         self.categories = categories
         self.settings = settings
         self.annotations_file = annotations_file  # named in errors about the file it describes
+        self._storage_description: dict | None = None
+        self._annotations_json: bytes | None = None
 
     @classmethod
     def from_split(
@@ -80,38 +83,60 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         split: str,
         *,
         settings: LoaderSettings,
-        drop_images_without_boxes: bool | None = None,
+        drop_images_without_boxes: bool = False,
+        keep_annotations_json: bool = False,
     ) -> OpenImagesDetectionDataset:
-        """All images of a split; the train split drops images without boxes, as the reference does."""
+        """All images of a split, those without a box too: the reference's OpenImages path
+        (coco_utils.py get_openimages) drops none; `drop_images_without_boxes` departs from it.
+        `keep_annotations_json` keeps the file's bytes as read, for `take_annotations_json`."""
         paths = layout.split_paths(dataset_dir, split)
-        if drop_images_without_boxes is None:
-            drop_images_without_boxes = split == layout.TRAIN_SPLIT
-        index = load_coco_detection_index(paths.annotations_file, drop_images_without_boxes=drop_images_without_boxes)
-        return cls(
+        index = load_coco_detection_index(paths.annotations_file, drop_images_without_boxes=drop_images_without_boxes,
+                                          keep_json=keep_annotations_json)
+        dataset = cls(
             index.images,
             images_dir=paths.images_dir,
             categories=index.categories,
             settings=settings,
             annotations_file=paths.annotations_file,
         )
+        dataset._annotations_json = index.json_bytes
+        return dataset
+
+    def take_annotations_json(self) -> bytes | None:
+        """The annotations file's bytes kept by from_split, handed over once (None if not kept)."""
+        content, self._annotations_json = self._annotations_json, None
+        return content
 
     def with_epoch(self, epoch: int) -> OpenImagesDetectionDataset:
         """The same records with the flips of another epoch."""
-        return OpenImagesDetectionDataset(
+        other = OpenImagesDetectionDataset(
             self.records,
             images_dir=self.images_dir,
             categories=self.categories,
             settings=dataclasses.replace(self.settings, epoch=epoch),
             annotations_file=self.annotations_file,
         )
+        other._storage_description = self._storage_description
+        return other
 
     def __len__(self) -> int:
         return len(self.records)
 
+    def use_storage_description(self, description: dict | None) -> None:
+        """Keeps a description taken earlier (data_setup takes it before RUN_START), so the load
+        profile, which asks for it inside the run, makes no file-system call."""
+        self._storage_description = description
+
     def storage_description(self, *, sampled_files: int = 2000) -> dict:
-        """The image files of this split (load profile, DLIO export). Sizes come from `sampled_files`
-        files spread over the split (200 objects, one HEAD each, in an object store), so describing a
-        million-image split stays a quick look."""
+        """The image files of this split (load profile, DLIO export): the kept one, else measured
+        now and kept."""
+        if self._storage_description is None:
+            self._storage_description = self._describe_storage(sampled_files=sampled_files)
+        return self._storage_description
+
+    def _describe_storage(self, *, sampled_files: int) -> dict:
+        """Sizes come from `sampled_files` files spread over the split (one stat each; 200 objects,
+        one HEAD each, in an object store), so describing a million-image split stays a quick look."""
         in_objects = isinstance(self.images_dir, ObjectPath)
         if in_objects:
             sampled_files = min(sampled_files, 200)
@@ -125,7 +150,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         mean = float(np.mean(sizes)) if sizes else 0.0
         return {
             "format": "jpeg",
-            # np.fromfile: open, read to the end, close; in an object store one GET of the whole object
+            # open, one read() of the whole file from offset 0, close; in an object store one GET of the object
             "access": "get" if in_objects else "read",
             "root": str(self.images_dir),
             "files": len(self.records),
@@ -162,14 +187,15 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         source = f" (listed in {self.annotations_file})" if self.annotations_file else ""
         try:
             if isinstance(path, ObjectPath):  # the whole object, one GET: as a file is read whole
-                encoded = torch.from_numpy(np.frombuffer(bytearray(path.read_bytes()), dtype=np.uint8))
+                content = bytearray(path.read_bytes())
             else:
-                encoded = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+                content = read_front_to_back(path)
         except FileNotFoundError as error:
             raise BadImageError(f"{path}: image file is missing{source}") from error
         except OSError as error:
             raise BadImageError(f"{path}: image file cannot be read ({error})") from error
-        note_reads(path, 0, encoded.numel())  # the load profile: one whole-file read per image
+        encoded = torch.frombuffer(content, dtype=torch.uint8) if content else torch.empty(0, dtype=torch.uint8)
+        note_reads(path, 0, encoded.numel())  # the load profile: one read of the whole file from its start
         note_records(encoded.numel())
         try:
             with torch.profiler.record_function("## retinanet.decode_jpeg ##"):

@@ -9,7 +9,7 @@ import torch
 
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
-from retinanet.evaluation import CocoDetectionEvaluator, detections_to_coco_rows
+from retinanet.evaluation import CocoDetectionEvaluator, detections_to_coco_rows, first_rank_rows
 from tests.trainers.trainer_process import torchrun_reports
 
 HERE = Path(__file__).parent
@@ -57,6 +57,53 @@ def test_perfect_detections_score_one(tiny_dataset_dir: Path) -> None:
     metrics = evaluator.compute()
     assert metrics.map == pytest.approx(1.0) and metrics.ap50 == pytest.approx(1.0)
     assert metrics.num_images == len(items) and metrics.num_detections == sum(len(d["boxes"]) for _, _, d in items)
+
+
+def test_the_ground_truth_is_parsed_once_and_kept(tiny_dataset_dir: Path, tmp_path: Path) -> None:
+    """The reference scores every evaluation against the json its dataset parsed at start; it never
+    reads the file again. Here the first scoring parses it (or the bytes the dataset read) and keeps it."""
+    categories, items = perfect_detections(tiny_dataset_dir)
+    labels = tmp_path / "labels.json"
+    labels.write_bytes(layout.split_paths(tiny_dataset_dir, "validation").annotations_file.read_bytes())
+    evaluator = CocoDetectionEvaluator(labels, categories=categories)
+    scores = []
+    for _ in range(2):
+        evaluator.reset()
+        _add(evaluator, items)
+        scores.append(evaluator.compute())
+        labels.unlink(missing_ok=True)  # a second read of the file would fail
+    assert scores[0] == scores[1] and scores[0].map == pytest.approx(1.0)
+
+    given = CocoDetectionEvaluator(tmp_path / "gone.json", categories=categories,
+                                   annotations_json=layout.split_paths(tiny_dataset_dir, "validation")
+                                   .annotations_file.read_bytes())
+    _add(given, items)
+    assert given.compute() == scores[0]  # from the bytes handed over: the file is never opened
+
+
+def test_an_image_scored_on_two_ranks_counts_once_with_the_first_ranks_detections(tiny_dataset_dir: Path) -> None:
+    """The reference's padding makes some ranks evaluate an image a second time; its merge keeps the
+    first rank's result per image id (coco_eval.py merge: np.unique(..., return_index=True))."""
+    categories, items = perfect_detections(tiny_dataset_dir)
+    evaluator = CocoDetectionEvaluator(
+        layout.split_paths(tiny_dataset_dir, "validation").annotations_file, categories=categories
+    )
+    per_rank = []
+    for share in (items[0::2], items[1::2] + items[0:4:2]):  # rank 1 evaluates rank 0's first two again
+        evaluator.reset()
+        _add(evaluator, share)
+        per_rank.append((np.concatenate(evaluator._rows), sorted(evaluator._image_ids)))
+    rows, image_ids = first_rank_rows(per_rank)
+    assert image_ids == {image_id for image_id, _, _ in items}
+    assert len(rows) == sum(len(d["boxes"]) for _, _, d in items)  # no image's boxes twice
+    metrics = evaluator._score(rows, image_ids)
+    assert metrics.map == pytest.approx(1.0) and metrics.num_images == len(items)
+    # the second rank's rows of a repeated image are the ones left out
+    shifted = [(i, hw, {**d, "boxes": d["boxes"] + 3.0}) for i, hw, d in items[0:4:2]]
+    evaluator.reset()
+    _add(evaluator, items[1::2] + shifted)
+    rows, _ = first_rank_rows([per_rank[0], (np.concatenate(evaluator._rows), sorted(evaluator._image_ids))])
+    assert evaluator._score(rows, image_ids).map == pytest.approx(1.0)
 
 
 def test_no_detections_score_zero(tiny_dataset_dir: Path) -> None:
@@ -163,4 +210,6 @@ def test_two_ranks_gather_detections_and_agree(tiny_dataset_dir: Path, tmp_path:
         # Each rank held half the images; only the gathered whole scores 1.0.
         assert report["map"] == pytest.approx(1.0) and report["num_images"] == 16
         assert report["local_images"] == 8
+        # rank 1 evaluated rank 0's first image again, as the reference's padding makes it: scored once
+        assert report["padded_map"] == pytest.approx(1.0) and report["padded_num_images"] == 16
         assert "image ids [999]" in report["error"]

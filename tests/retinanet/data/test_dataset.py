@@ -236,14 +236,20 @@ def test_persistent_workers_serve_every_image_each_epoch(tiny_dataset_dir: Path)
     assert epochs == [expected, expected]
 
 
-def test_train_split_drops_images_without_boxes(tmp_path: Path) -> None:
+def test_train_split_keeps_images_without_boxes_unless_told(tmp_path: Path) -> None:
+    """The reference's OpenImages path keeps them (coco_utils.py get_openimages filters nothing)."""
     root = _write_split(
         tmp_path,
         [("a.jpg", np.zeros((40, 40, 3), np.uint8), [[1, 1, 5, 5]]), ("b.jpg", np.zeros((40, 40, 3), np.uint8), [])],
     )
     shutil.move(str(tmp_path / layout.VALIDATION_SPLIT), str(tmp_path / layout.TRAIN_SPLIT))
     train = OpenImagesDetectionDataset.from_split(root, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE))
-    assert [r.file_name for r in train.records] == ["a.jpg"]
+    assert [r.file_name for r in train.records] == ["a.jpg", "b.jpg"]
+    empty = train[1]
+    assert isinstance(empty, DetectionSample) and empty.boxes.shape == (0, 4) and empty.labels.shape == (0,)
+    dropped = OpenImagesDetectionDataset.from_split(root, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE),
+                                                    drop_images_without_boxes=True)
+    assert [r.file_name for r in dropped.records] == ["a.jpg"]
 
 
 def test_settings_reject_bad_values() -> None:
