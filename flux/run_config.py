@@ -12,12 +12,20 @@ import dataclasses
 
 import gin
 
-from common.config.checks import flavor_from, read, require, require_choice, require_int, require_number
+from common.config.checks import (
+    flavor_from,
+    read,
+    require,
+    require_bool,
+    require_choice,
+    require_int,
+    require_number,
+)
+from common.data.epochs import RANK_SLICES
 from flux.model.flavors import FLAVORS, FluxFlavor
 
 PARALLELISMS = ("fsdp", "ddp")
 NOISE_MODES = ("per_sample", "per_rank")
-RANK_SLICES = ("batch", "window")
 
 
 @gin.configurable(module="flux")
@@ -39,6 +47,10 @@ class TrainConfig:
     latent_scale: float = 0.3611
     # evaluate every ceil(eval_every_samples / GBS) steps (262,144 samples in the closed rules)
     eval_every_samples: int = 262_144
+    # The reference's cadence (torchtitan flux train.py): the grid alone. Either extra pass reads
+    # the whole validation split (~64 GB at reference scale), the untrained one inside the timed run.
+    evaluate_untrained: bool = False  # score the fresh model before the first step (a baseline)
+    eval_at_end: bool = False  # score once more when the run stops off the grid (step budget, data end)
     target_eval_loss: float | None = 0.586  # lower is better: the run stops at <= target
     # "per_sample": noise, timestep, posterior sample and CFG drop keyed on (seed, step, sample);
     # "per_rank": drawn from each rank's own stream, as the reference's rank-offset seeds do
@@ -60,6 +72,7 @@ class TrainConfig:
         require(self, "cfg_dropout", 0 <= self.cfg_dropout <= 1, "in [0, 1]")
         require_number(self, "latent_scale", minimum=0.0, strictly=True)
         require(self, "target_eval_loss", self.target_eval_loss is None or self.target_eval_loss > 0, "> 0 or None")
+        require_bool(self, "evaluate_untrained", "eval_at_end")
         require_choice(self, "noise", NOISE_MODES)
         require_choice(self, "parallelism", PARALLELISMS)
         require(self, "model_overrides", isinstance(self.model_overrides, dict), "a dict of FluxFlavor fields")
@@ -82,16 +95,24 @@ class DataConfig:
     data_root: str = "data"
     dataset: str = "synthetic-tiny-seed0"
     generate_if_missing: bool = True
-    num_workers: int = 1  # train loader processes (persistent across windows and epochs)
+    # The defaults are the reference's loader (torchtitan's StatefulDataLoader with its defaults):
+    # every sample read in the training thread when the step asks for its batch, nothing ahead.
+    num_workers: int = 0  # train loader processes (persistent across windows and epochs)
+    prefetch_factor: int = 2  # batches each train worker reads ahead (with num_workers > 0 only)
+    prefetch_next_window: bool = False  # read the next window's first batch on a thread meanwhile
     eval_num_workers: int = 0
-    batches_per_window: int = 32  # global batches per streaming window (a run of consecutive shards)
-    rank_slices: str = "batch"  # "batch": a share of every global batch; "window": the reference's per-rank slices
+    batches_per_window: int = 32  # steps per streaming window (on each rank a run of its consecutive samples)
+    # "split": each rank one contiguous chunk of the split, in order, every epoch (the reference's
+    # split_dataset_by_node); "window": each rank a contiguous slice of every window; "batch": each
+    # rank a share of every global batch (1 and N ranks train the same samples per step)
+    rank_slices: str = "split"
     validation_max_samples: int = 0  # the first this many validation samples (0: all of them)
 
     def __post_init__(self) -> None:
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
         require_int(self, "num_workers", "eval_num_workers", "validation_max_samples", minimum=0)
-        require_int(self, "batches_per_window", minimum=1)
+        require_int(self, "batches_per_window", "prefetch_factor", minimum=1)
+        require_bool(self, "prefetch_next_window")
         require_choice(self, "rank_slices", RANK_SLICES)
 
 

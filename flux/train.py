@@ -30,6 +30,7 @@ from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from flux.data import layout
 from flux.data.schema import FluxDataError
+from flux.data_path import flux_data_path
 from flux.data_setup import prepare_data, validation_batches
 from flux.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from flux.parallel import build_parallel_model
@@ -58,9 +59,13 @@ class FluxBuild:
         epochs = schedule.epochs
         train_loader = StreamingLoader(source=EpochIndexedSource(data.train, len(data.train)),
                                        build_window=lambda key: epochs.window_batches(key, rank=info.rank),
-                                       num_workers=c.data.num_workers, seed=ctx.seed)
+                                       num_workers=c.data.num_workers, prefetch_factor=c.data.prefetch_factor,
+                                       prefetch_next_window=c.data.prefetch_next_window, seed=ctx.seed)
+        data_path = flux_data_path(train=cfg, data=c.data, loader=train_loader,
+                                   record_batches_per_shard=data.train.record_batches_per_shard)
         return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset,
-                        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len)
+                        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len,
+                        data_path=data_path)
 
     def training(self, plan: DataPlan) -> TrainingPlan:
         ctx, c, cfg, info, data = self.ctx, self.c, self.cfg, self.ctx.info, self.flux_data
@@ -78,8 +83,10 @@ class FluxBuild:
                                       eps=cfg.adamw_eps, weight_decay=cfg.weight_decay,
                                       fused=info.device.type == "cuda" or None)
 
+        # no read-ahead thread either: the reference reads validation batches in the training thread
         eval_loader = StreamingLoader(source=data.validation, build_window=lambda key: mine,
-                                      num_workers=c.data.eval_num_workers, seed=ctx.seed)
+                                      num_workers=c.data.eval_num_workers, seed=ctx.seed,
+                                      prefetch_next_window=c.data.prefetch_next_window)
         task = FluxTask(model=model, optimizer=optimizer, config=cfg, empty=data.empty, streams=ctx.streams,
                         device=info.device, eval_batches=lambda at: eval_loader.iterate(at.step, next_key=None))
 
@@ -104,10 +111,11 @@ class FluxBuild:
                                                   seed=ctx.seed, config_file=ctx.config_file),
             reference_data=c.data.dataset == "mlcommons",
             summarize=summarize,
-            evaluate_untrained=True,
+            evaluate_untrained=cfg.evaluate_untrained,
             closeables=[eval_loader],
             identity={**config_identity(cfg, "global_batch_size", "flavor", "model_overrides", "noise"),
-                      **config_identity(c.data, "dataset")},
+                      # which samples a saved (window, batch) position names depends on these too
+                      **config_identity(c.data, "dataset", "rank_slices", "batches_per_window")},
         )
 
 

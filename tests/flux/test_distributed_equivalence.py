@@ -25,6 +25,7 @@ def _run(*, nproc: int, data_root: pathlib.Path, out: pathlib.Path, name: str, p
         f'flux.DataConfig.data_root = "{data_root}"',
         'flux.DataConfig.dataset = "synthetic-tiny-seed0"',
         "flux.DataConfig.num_workers = 0",
+        'flux.DataConfig.rank_slices = "batch"',  # each rank a share of every global batch: 1 and 2 ranks alike
         'flux.TrainConfig.flavor = "flux-tiny"',
         f'flux.TrainConfig.parallelism = "{parallelism}"',
         f"flux.TrainConfig.dp_replicate = {dp_replicate}",

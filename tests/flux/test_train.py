@@ -45,3 +45,36 @@ def test_two_epochs_in_order_and_the_validation_loss_falls(flux_data_root, tmp_p
     assert [e["value"] for e in accuracy] == [r["eval_loss"] for r in evals[1:]]  # the loss itself, never negated
     frequency = next(e["value"] for e in events if e["key"] == "evaluation_frequency")
     assert frequency == 512
+
+
+def test_the_reference_config_evaluates_nothing_before_its_grid_and_a_resume_keeps_its_rank_split(flux_data_root,
+                                                                                                  tmp_path):
+    """flux_schnell.gin on the tiny data, 2 steps of 8: the first evaluation would be at step
+    ceil(262144 / 8); there is none of the untrained model and none at the end, and the load
+    profile says this is the reference's data path. A relaunch that lays the data over the
+    ranks otherwise ("window") would resume at a (window, batch) that names other samples: refused."""
+    ckpt = tmp_path / "ckpt"
+    bindings = [
+        f'flux.DataConfig.data_root = "{flux_data_root}"',
+        'flux.DataConfig.dataset = "synthetic-tiny-seed0"',
+        'flux.TrainConfig.flavor = "flux-tiny"',
+        "flux.TrainConfig.global_batch_size = 8",
+        "flux.TrainConfig.bf16 = False",
+        'common.RunConfig.device = "cpu"',
+        f'common.RunConfig.output_root = "{tmp_path}"',
+        'common.RunConfig.run_name = "reference"',
+        "common.RunConfig.check_compliance = False",  # a log with no evaluation yet is no MLPerf result
+        f'common.CheckpointPolicy.path = "{ckpt}"',
+        "common.CheckpointPolicy.every_n_steps = 1",
+    ]
+    gin_file = REPO / "flux" / "configs" / "flux_schnell.gin"
+    proc = run_command(trainer_command(package="flux", gin_file=gin_file, nproc=1,
+                                       bindings=bindings + ["common.RunConfig.max_steps = 2"]), timeout=600)
+    run_dir = tmp_path / "flux" / "reference"
+    assert "validation every 32768 steps" in proc.stdout and "[eval]" not in proc.stdout
+    assert not [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval_loss" in r]
+    profile = json.loads((run_dir / "load_profile.json").read_text())
+    assert all(s["same"] for s in profile["data_path"]), profile["data_path"]
+    refused = run_command(trainer_command(package="flux", gin_file=gin_file, nproc=1, bindings=bindings + [
+        "common.RunConfig.max_steps = 3", 'flux.DataConfig.rank_slices = "window"']), timeout=600, expect_returncode=2)
+    assert refused.stderr.strip().startswith("config error: flux.DataConfig.rank_slices: "), refused.stderr[-2000:]

@@ -55,9 +55,10 @@ def _flux_reference_run(data_root: pathlib.Path, out: pathlib.Path, name: str) -
         'common.RunConfig.device = "cpu"',
         "flux.TrainConfig.global_batch_size = 8",
         "flux.TrainConfig.bf16 = False",
-        "flux.DataConfig.num_workers = 0",
-        "flux.DataConfig.eval_num_workers = 0",
         "flux.DataConfig.generate_if_missing = True",
+        # the reference evaluates first at step ceil(262144 / 8): 3 steps need the final evaluation
+        # for the log to hold one (the rules want an eval_accuracy)
+        "flux.TrainConfig.eval_at_end = True",
     ]
 
 
@@ -73,6 +74,9 @@ FLUX = TrainerUnderTest(
         ("flux.TrainConfig.no_such_setting = 3", "flux.TrainConfig.no_such_setting"),
         ("flux.TrainConfig.cfg_dropout = 1.5", "flux.TrainConfig.cfg_dropout must be in [0, 1], got 1.5"),
         ('flux.TrainConfig.flavor = "flux-huge"', "flux.TrainConfig.flavor must be one of ["),
+        ('flux.DataConfig.rank_slices = "rank"', "flux.DataConfig.rank_slices must be one of ['batch', 'window', "
+                                                 "'split'], got 'rank'"),
+        ("flux.DataConfig.num_workers = -1", "flux.DataConfig.num_workers must be an int >= 0, got -1"),
     ),
     missing_data=(
         ['flux.DataConfig.dataset = "mlcommons"', "flux.DataConfig.generate_if_missing = False"],

@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from flux.data.reader import FluxArrowDataset
+from flux.data.synthetic import generate
+from flux.run_config import DataConfig, TrainConfig
+from flux.schedule import flux_schedule
 from tests.environment import unavailable
 from tests.flux.data.shard_files import bf16_cell, random_bf16
 
@@ -86,3 +89,44 @@ def test_we_load_what_datasets_save_to_disk_writes(tmp_path: Path) -> None:
         assert torch.equal(batch.t5[slot].view(torch.int16), tensors["t5_encodings"][index].view(torch.int16))
         assert torch.equal(batch.logvar[slot].view(torch.int16), tensors["logvar"][index].view(torch.int16))
     assert batch.timestep.tolist() == list(range(6, -1, -1))
+
+
+def test_save_to_disk_writes_one_record_batch_per_shard_as_our_generator_does(tmp_path: Path) -> None:
+    """The reference's merge step (Dataset.from_parquet(...).save_to_disk): however many chunks the
+    parquet's row groups give the table, each shard is one record batch; our synthetic shards too."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"__key__": [str(i) for i in range(40)], "t5_encodings": [bytes(1000)] * 40})
+    pq.write_table(table, tmp_path / "merged.parquet", row_group_size=3)
+    loaded = datasets.Dataset.from_parquet(str(tmp_path / "merged.parquet"), cache_dir=str(tmp_path / "cache"))
+    assert loaded.data.table.column(0).num_chunks > 1
+    loaded.save_to_disk(str(tmp_path / "saved"), num_shards=2)
+
+    def record_batches(path: Path) -> int:
+        return len(list(pa.ipc.open_stream(pa.memory_map(str(path)))))
+
+    assert [record_batches(p) for p in sorted((tmp_path / "saved").glob("*.arrow"))] == [1, 1]
+    ours = FluxArrowDataset(generate(tmp_path / "ours", size="tiny", seed=0, progress=False) / "train")
+    assert {record_batches(p) for p in ours.shard_paths} == {1} and ours.record_batches_per_shard == 1
+
+
+@pytest.mark.parametrize(("num_samples", "world_size", "local_batch"), [(23, 2, 2), (40, 3, 4), (37, 4, 3)])
+def test_each_rank_reads_the_chunk_split_dataset_by_node_gives_it(num_samples: int, world_size: int,
+                                                                    local_batch: int) -> None:
+    """At flux's defaults (the reference config's) rank r trains, every epoch, the samples the
+    reference's split_dataset_by_node(ds, r, W) holds, in its order, up to the tail that does not
+    fill the step every rank takes (the reference carries it into a batch straddling two passes)."""
+    from datasets.distributed import split_dataset_by_node
+
+    whole = datasets.Dataset.from_dict({"i": list(range(num_samples))})
+    train = TrainConfig(global_batch_size=local_batch * world_size, epochs=2)
+    schedule = flux_schedule(train, DataConfig(batches_per_window=2), num_samples=num_samples,
+                             world_size=world_size, seed=0, validation_batches=1).epochs
+    steps = num_samples // (local_batch * world_size)
+    for rank in range(world_size):
+        theirs = split_dataset_by_node(whole, rank=rank, world_size=world_size)["i"]
+        for epoch in range(2):
+            keys = [k for k in schedule.keys() if schedule.epoch_of(k) == epoch]
+            ours = [int(i) % num_samples for k in keys for b in schedule.window_batches(k, rank=rank) for i in b]
+            assert ours == theirs[: steps * local_batch], (rank, epoch)
