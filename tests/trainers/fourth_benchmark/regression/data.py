@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
+from common.data.phases import ONE_TIME, PER_WINDOW, measure_phase
 from common.data.reads import note_reads, note_records
 
 FEATURES = 16
@@ -56,3 +58,26 @@ class NpySamples:
         return {"format": "npy", "access": "read", "root": str(self.folder), "files": len(self.files),
                 "bytes": sum(sizes), "bytes_exact": True, "samples": len(self.files),
                 "file_bytes_mean": float(np.mean(sizes)), "file_bytes_stdev": float(np.std(sizes))}
+
+
+def build_index(folder: Path) -> Path:
+    """A one-time phase: every sample file read once, their sizes written to index.npy beside them."""
+    index = folder / "index.npy"
+    with measure_phase("index_build", ONE_TIME) as phase:
+        sizes = []
+        for path in sorted(folder.glob("sample_*.npy")):
+            sizes.append(len(path.read_bytes()))
+            phase.read(sizes[-1])
+        np.save(index, np.asarray(sizes, dtype=np.int64))
+        phase.wrote(index)
+    return index
+
+
+def scanning_index(index: Path, build_window: Callable[[int], list]) -> Callable[[int], list]:
+    """`build_window` with a per-window phase before it: the whole index read, as a window's selection would."""
+    def build(key: int) -> list:
+        with measure_phase("window_scan", PER_WINDOW, window=key) as phase:
+            phase.read(len(index.read_bytes()))
+            return build_window(key)
+
+    return build

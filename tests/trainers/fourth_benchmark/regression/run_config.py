@@ -28,6 +28,9 @@ class DataConfig:
     data_root: str = "data"
     generate_if_missing: bool = True
     num_workers: int = 1
+    # record an index built once and scanned every window (common.data.phases), as DLRM-HSTU's cache build
+    # and anchor scan are: the storage layer's tests follow them through the profile, export and emulation
+    phases: bool = False
 
     def __post_init__(self) -> None:
         require_int(self, "num_workers", minimum=0)

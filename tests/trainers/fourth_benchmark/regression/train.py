@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 
 from common.data.epochs import EpochIndexedSource, EpochSchedule
+from common.data.fidelity import DataPathSetting
 from common.data.loader import StreamingLoader
 from common.distributed.collectives import barrier
 from common.distributed.process_exit import exit_rank
@@ -18,7 +19,7 @@ from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.lifecycle import main as run_main
 from common.run.schedule import TrainingSchedule
 from common.run.task import EvalOutput, StepOutput
-from regression.data import MissingData, NpySamples, generate
+from regression.data import MissingData, NpySamples, build_index, generate, scanning_index
 from regression.run_config import RegressionConfigs
 from regression.spec import SAMPLES, SPEC
 from storage.extensions import run_extensions
@@ -66,11 +67,17 @@ class RegressionBuild:
                                world_size=info.world_size, epochs=self.cfg.epochs, seed=ctx.seed)
         schedule = TrainingSchedule.over_epochs(epochs, description=f"[schedule] {self.cfg.epochs} epoch(s)",
                                                 eval_after_epoch=True, higher_is_better=False)
+        build_window = lambda key: epochs.window_batches(key, rank=info.rank)  # noqa: E731
+        if self.c.data.phases:
+            index = build_index(folder) if info.is_main else folder / "index.npy"
+            barrier()
+            build_window = scanning_index(index, build_window)
         # the epoch schedule's indices count epochs (epoch x samples + sample): the wrapper takes them modulo
-        loader = StreamingLoader(source=EpochIndexedSource(self.samples, len(self.samples)), build_window=lambda key: epochs.window_batches(key, rank=info.rank),
+        loader = StreamingLoader(source=EpochIndexedSource(self.samples, len(self.samples)), build_window=build_window,
                                  num_workers=self.c.data.num_workers, seed=ctx.seed)
+        data_path = [DataPathSetting("train_workers", self.c.data.num_workers, 1, "regression.DataConfig.num_workers")]
         return DataPlan(loader=loader, schedule=schedule, dataset="generated", data_dirs=[folder],
-                        count_samples=lambda batch: len(batch[1]))
+                        count_samples=lambda batch: len(batch[1]), data_path=data_path)
 
     def training(self, data: DataPlan) -> TrainingPlan:
         self.ctx.seed_shared()
