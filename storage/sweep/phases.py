@@ -88,7 +88,9 @@ def _duration(seconds: float | None) -> str:
         return "n/a"
     if seconds >= 7200:
         return f"{seconds / 3600:,.1f} h"
-    return f"{seconds / 60:,.1f} min" if seconds >= 120 else f"{seconds:,.1f} s"
+    if seconds >= 120:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds:,.1f} s" if seconds >= 1 else f"{seconds * 1e3:,.1f} ms"
 
 
 def _one_time_text(entry: Mapping[str, Any], probe: Mapping[str, Any] | None) -> str:

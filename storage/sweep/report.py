@@ -60,7 +60,7 @@ def markdown_table(points: Sequence[Point]) -> str:
             row += [_number(f.object_requests_per_s, ",.1f"), _number(f.object_requests_per_sample, ",.2f"),
                     _number(f.object_bytes_per_request, ",.0f"), _number(f.object_latency_ms, ",.1f")]
         if with_windows:
-            row += [_number(f.window_phase_mb, ",.1f"), _au(f.window_phase_device_share), _au(f.window_phase_time_share)]
+            row += [_number(f.window_phase_mb, ",.2f"), _au(f.window_phase_device_share), _au(f.window_phase_time_share)]
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),

@@ -101,10 +101,11 @@ def test_per_window_columns_and_a_one_time_phase_measured_in_a_point(tmp_path, d
     header = next(line for line in table.splitlines() if line.startswith("| accelerators"))
     assert header.endswith("| window phase MB | its share of device B/sample | its share of window time |")
     row = next(line for line in table.splitlines() if line.startswith("| 2 |"))
-    assert f"| 16.0 | {scan['share_of_device_bytes_per_sample']:.1%} | {scan['share_of_window_time']:.1%} |" in row
+    assert f"| 16.00 | {scan['share_of_device_bytes_per_sample']:.1%} | {scan['share_of_window_time']:.1%} |" in row
     assert "**The data path's phases on this storage**" in table
     assert ("- cache_build (one-time): 812.3 MB read, 1.21 GB written, peak memory 3.1 GB: 14.2 s on this storage "
             "(measured in the point (point n1))") in table
+    assert "; 100.0 ms per rank and window = " in table
     assert "- window_anchor_scan (per window, at 2 accelerators): 16.0 MB read per window (8.0 MB from the device)" \
         in table
     stdout = capsys.readouterr().out

@@ -61,8 +61,10 @@ class NpySamples:
 
 
 def build_index(folder: Path) -> Path:
-    """A one-time phase: every sample file read once, their sizes written to index.npy beside them."""
+    """A one-time phase on first use: every sample file read once, their sizes written to index.npy beside them."""
     index = folder / "index.npy"
+    if index.exists():
+        return index
     with measure_phase("index_build", ONE_TIME) as phase:
         sizes = []
         for path in sorted(folder.glob("sample_*.npy")):
