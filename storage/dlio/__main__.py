@@ -5,6 +5,8 @@ export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLI
                                                batch and compute time (the benchmark's compute_times.csv)
          [--dataset-scale F]                   F x the benchmark's real training set (default 1)
          [--dataset-of-run]                    the samples this run's data held instead
+         a run with storage phases (load_profile.json `phases`) also gets their DLIO workloads
+         (mlperf_storage/phases/, dlio-2.0.0-phases/) and their section in MLPSTORAGE.md
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
          workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
          reader plugin makes per sample the reads the profile recorded and compares them too

@@ -4,6 +4,8 @@
   The reads themselves are recorded where the loaders read (common.data.reads).
 - `block_device`: what the block devices under the data served (/proc/diskstats).
 - `stats`, `plots`: distributions, and the PNGs beside the profile.
+- `phases`: what the data path read and wrote outside its batches (a cache build, a window's scan:
+  common.data.phases), every rank's with totals per name, and its settings beside the reference's.
 
 Its export and replays as DLIO workloads are storage.dlio.
 """
