@@ -70,6 +70,10 @@ def _per_window(model: str, name: str, t: Mapping[str, Any], profile: Mapping[st
 def phases_markdown(profile: Mapping[str, Any], model: str) -> str:
     """The section, or "" for a run without phases."""
     one_time, per_window = of_kind(profile, ONE_TIME), of_kind(profile, PER_WINDOW)
+    unavailable = (profile.get("phases") or {}).get("unavailable")
+    if unavailable:  # said, never dropped silently
+        return (f"## The data path's phases\n\nThe run recorded phases that its profile could not add up "
+                f"({unavailable}): none is exported.\n")
     if not one_time and not per_window:
         return ""
     lines = ["## The data path's phases", "",

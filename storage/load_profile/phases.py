@@ -40,9 +40,14 @@ def rank_phases(rank: int) -> list[dict[str, Any]]:
 
 
 def merged(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Every rank's phases (parts of older profilers have none) and their totals per phase name."""
-    entries = sorted((e for p in parts for e in p.get("phases") or ()), key=lambda e: (e["rank"], e.get("window") or 0))
-    return {"ranks": entries, "totals": totals(entries)}
+    """Every rank's phases (parts of older profilers have none) and their totals per phase name; entries
+    that do not add up leave the rest of the profile standing, with the reason."""
+    entries = [e for p in parts for e in p.get("phases") or ()]
+    try:
+        entries.sort(key=lambda e: (e["rank"], e.get("window") or 0))
+        return {"ranks": entries, "totals": totals(entries)}
+    except (KeyError, TypeError, ValueError) as error:
+        return {"ranks": [], "totals": {}, "unavailable": f"{type(error).__name__}: {error}"}
 
 
 def totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -171,3 +171,12 @@ def test_dlio_2_writes_a_phases_bytes_and_reads_its_input_in_one_pass(dlio_env, 
     _dlio(dlio_env, config, "retinanet_cache_build_read", tmp_path / "data" / "read", tmp_path / "out_read")
     summary = json.loads((tmp_path / "out_read" / "summary.json").read_text())
     assert summary["num_files_train"] == 1 and summary["metric"]["train_io_mean_MB_per_second"] > 0
+
+
+def test_phases_the_profile_could_not_add_up_are_said_in_mlpstorage_md(tmp_path):
+    profile = known_profile(world_size=2)
+    profile["phases"] = {"ranks": [], "totals": {}, "unavailable": "KeyError: 'seconds'"}
+    run = _run(tmp_path, profile)
+    export(run)
+    text = (run / "dlio" / "mlperf_storage" / "MLPSTORAGE.md").read_text()
+    assert "could not add up (KeyError: 'seconds'): none is exported" in text

@@ -134,3 +134,12 @@ def test_a_session_without_phases_prints_no_phases_line(tmp_path, capsys):
     assert session.finish() is not None
     out = capsys.readouterr().out
     assert "[load] phases" not in out and "[load] data path: not described by this benchmark" in out
+
+
+def test_entries_that_do_not_add_up_leave_the_profile_standing_with_the_reason():
+    part = rank_part(0, 1)
+    part["phases"] = [{"rank": 0, "name": "scan", "kind": PER_WINDOW, "seconds": "slow"}]
+    profile = merge([part], benchmark="retinanet", run_dir="/r", config_file="c", dataset=DATASET)
+    assert profile["phases"]["totals"] == {} and "unavailable" in profile["phases"]
+    assert profile["totals"]["steps"] > 0 and phases_line(profile) is None
+    check_phases(profile["phases"])  # what the export then reads: no phases, not a malformed one
