@@ -42,7 +42,8 @@ def _one_time(model: str, name: str, t: Mapping[str, Any]) -> list[str]:
              f"{t['seconds_slowest_rank']:.2f} s on {t['ranks']} rank(s)"
              + (f" ({rate:,.1f} MB/s moved)" if rate else "")
              + (f", peak memory {size_text(t['peak_memory_bytes'], gb_digits=1)}" if t.get("peak_memory_bytes") else "")
-             + ": once per dataset, before training (or beside it), not in the training workload above.", "", "```bash"]
+             + ": once (per dataset, or per launch where nothing keeps its result), not per window, and not in the "
+               "training workload above.", "", "```bash"]
     if t["bytes_written"]:
         lines += ["# its writes: DLIO's generation time, with the sync, is the write's time on this storage",
                   f"time ({run}{_DLIO} workload={slug}_write {_folder(f'{slug}_write')} && sync)"]
