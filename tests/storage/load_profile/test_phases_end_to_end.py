@@ -17,6 +17,8 @@ import yaml
 from tests.trainers.test_fourth_benchmark import SOURCE, _install
 from tests.trainers.trainer_process import REPO
 
+pytestmark = pytest.mark.slow  # 17-28 s on the 2 shared cores: a trainer's start and an export's
+
 SAMPLES, RECORD = 256, 17 * 4 + 128  # the regression's files: 17 float32 and the npy header
 STEPS = 6
 
