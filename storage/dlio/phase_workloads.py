@@ -207,10 +207,11 @@ def workload_notes(profile: Mapping[str, Any], model: str) -> list[str]:
         notes.append(f"Per-window phase {name}: {size_text(f['per_window'])} read per window ({total['count']} scans "
                      f"over {f['windows']} window(s) and {total['ranks']} rank(s)), {per_sample} per sample{share}. "
                      "Not in record_length_bytes (a sample's payload): DLIO reads per sample only, so this workload "
-                     f"under-counts the bytes per sample by that much; {MLPERF_DIR}/{model}_{phase_slug(name)}_per_window.yaml "
-                     "reads one window's scan on its own.")
+                     "under-counts the bytes per sample by that much; "
+                     f"{MLPERF_DIR}/{model}_{phase_slug(name)}_per_window.yaml reads one window's scan on its own.")
     for name, total in sorted(of_kind(profile, ONE_TIME).items()):
         notes.append(f"One-time phase {name}: {size_text(total['bytes_read'])} read, "
                      f"{size_text(total['bytes_written'])} written in {total['seconds_slowest_rank']:.2f} s, before or "
-                     f"beside training; not in this workload: {MLPERF_DIR}/{model}_{phase_slug(name)}_*.yaml reproduce it.")
+                     f"beside training; not in this workload: {MLPERF_DIR}/{model}_{phase_slug(name)}_*.yaml "
+                     "reproduce it.")
     return notes
