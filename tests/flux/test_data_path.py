@@ -65,8 +65,8 @@ def test_the_reference_config_reads_as_the_reference_does(files):
 
 def test_debug_departs_where_it_says_and_the_profile_names_the_bindings():
     off = {s.name: s for s in departures(_data_path(*_configs("debug.gin"), record_batches=8))}
-    assert sorted(off) == ["final_eval", "first_eval_step", "prefetch_per_worker", "record_batches_per_shard",
-                           "train_workers", "untrained_eval"]
+    assert sorted(off) == ["final_eval", "first_eval_step", "prefetch_per_worker", "rank_split",
+                           "record_batches_per_shard", "train_workers", "untrained_eval"]
     assert (off["train_workers"].value, off["train_workers"].binding) == (1, "flux.DataConfig.num_workers")
     assert (off["first_eval_step"].value, off["first_eval_step"].reference) == (256, 16_384)  # GBS 16
     assert off["record_batches_per_shard"].reference == 1  # synthetic data: save_to_disk's layout
