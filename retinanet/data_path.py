@@ -35,7 +35,10 @@ def data_path_settings(config: DataConfig) -> list[DataPathSetting]:
         DataPathSetting("eval_padding", config.eval_pad_to_world_size, True, f"{_DATA}.eval_pad_to_world_size"),
         # every rank parses both jsons once; the evaluation scores against the parse it kept
         DataPathSetting("val_json_reads", "once per rank per run", "once per rank per run", "none"),
+        # both front to back; "pil" also makes the reference's read() calls (PIL's buffered block,
+        # then 64 KiB), which set the kernel's readahead and so the device requests per file
         DataPathSetting("jpeg_read_order", "front to back", "front to back", "none: retinanet.data.file_read"),
+        DataPathSetting("jpeg_reads", config.jpeg_reads, "pil", f"{_DATA}.jpeg_reads"),
         DataPathSetting("images_without_boxes_kept", not config.drop_train_images_without_boxes, True,
                         f"{_DATA}.drop_train_images_without_boxes"),
     ]

@@ -141,6 +141,7 @@ def prepare_data(*, config: DataConfig, flavor: RetinaNetFlavor, info: DistInfo,
         skip_bad_files=config.skip_bad_files,
         normalize=config.normalize_in_loader,
         resize=config.resize,
+        jpeg_reads=config.jpeg_reads,
     )
     eval_settings = dataclasses.replace(train_settings, augment=False)
     train = OpenImagesDetectionDataset.from_split(dataset_dir, layout.TRAIN_SPLIT, settings=train_settings,

@@ -13,6 +13,7 @@ import torch
 from common.config.checks import (ConfigError, flavor_from, read, require, require_bool, require_choice, require_int,
                                   require_number)
 from retinanet.data.eval_order import EVAL_ORDERS
+from retinanet.data.file_read import JPEG_READS
 from retinanet.data.transforms import RESIZES
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor
 from retinanet.model.pretrained import check_backbone_weights, resolve_weights_path
@@ -95,6 +96,9 @@ class DataConfig:
     # False: the reference's OpenImages path keeps train images left without a box (coco_utils.py
     # get_openimages filters nothing; only its COCO path drops them)
     drop_train_images_without_boxes: bool = False
+    # "pil": each JPEG read with the reference's read() calls (PIL: a block, then 64 KiB calls to the
+    # end); "whole": one read() of the file (fewer, larger device requests; retinanet.data.file_read)
+    jpeg_reads: str = "pil"
     batches_per_window: int = 0  # global batches per streaming window; 0: one window per epoch
     eval_max_images: int = 0  # 0: the whole validation split
     skip_bad_files: bool = False  # count and skip unreadable images instead of failing
@@ -109,6 +113,7 @@ class DataConfig:
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a directory name")
         require_int(self, "generator_workers", "prefetch_factor", minimum=1)
         require_choice(self, "eval_order", EVAL_ORDERS)
+        require_choice(self, "jpeg_reads", JPEG_READS)
         require_bool(self, "eval_pad_to_world_size", "drop_train_images_without_boxes")
         require_choice(self, "resize", RESIZES)
         require(self, "normalize_in_loader", self.normalize_in_loader or self.resize == "uint8_antialias",

@@ -21,7 +21,7 @@ from common.object_store.location import ObjectPath, data_location
 from retinanet.data import layout
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
-from retinanet.data.file_read import read_front_to_back
+from retinanet.data.file_read import JPEG_READS, READERS
 from retinanet.data.records import ImageRecord
 from retinanet.data.transforms import (RESIZES, decode_jpeg_rgb, flip_decision, horizontal_flip, reference_resize,
                                        resize_square)
@@ -43,6 +43,7 @@ class LoaderSettings:
     skip_bad_files: bool = False
     normalize: bool = True  # False: batches carry uint8 images, normalised on the accelerator (uint8 resize only)
     resize: str = "reference"  # or "uint8_antialias": faster, other pixels (retinanet.data.transforms)
+    jpeg_reads: str = "pil"  # the reference's read() calls, or "whole": one read (retinanet.data.file_read)
 
     def __post_init__(self) -> None:
         if self.resize not in RESIZES:
@@ -50,6 +51,8 @@ class LoaderSettings:
         if not self.normalize and self.resize == "reference":
             raise ValueError('uint8 batches (normalize=False) need resize="uint8_antialias": the reference resizes '
                              "normalised float pixels")
+        if self.jpeg_reads not in JPEG_READS:
+            raise ValueError(f"jpeg_reads must be one of {', '.join(JPEG_READS)}, got {self.jpeg_reads!r}")
         if self.image_size < 32:
             raise ValueError(f"image_size must be >= 32, got {self.image_size}")
         if not 0.0 <= self.flip_probability <= 1.0:
@@ -150,7 +153,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         mean = float(np.mean(sizes)) if sizes else 0.0
         return {
             "format": "jpeg",
-            # open, one read() of the whole file from offset 0, close; in an object store one GET of the object
+            # open, read() front to back (PIL's calls, or one), close; in an object store one GET of the object
             "access": "get" if in_objects else "read",
             "root": str(self.images_dir),
             "files": len(self.records),
@@ -188,14 +191,17 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         try:
             if isinstance(path, ObjectPath):  # the whole object, one GET: as a file is read whole
                 content = bytearray(path.read_bytes())
+                ranges = [(0, len(content))]
             else:
-                content = read_front_to_back(path)
+                content, ranges = READERS[self.settings.jpeg_reads](path)
         except FileNotFoundError as error:
             raise BadImageError(f"{path}: image file is missing{source}") from error
         except OSError as error:
             raise BadImageError(f"{path}: image file cannot be read ({error})") from error
         encoded = torch.frombuffer(content, dtype=torch.uint8) if content else torch.empty(0, dtype=torch.uint8)
-        note_reads(path, 0, encoded.numel())  # the load profile: one read of the whole file from its start
+        if ranges:  # the load profile: each read() as it was made, front to back
+            offsets, sizes = zip(*ranges)
+            note_reads(path, np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         note_records(encoded.numel())
         try:
             with torch.profiler.record_function("## retinanet.decode_jpeg ##"):

@@ -1,23 +1,76 @@
-"""Reading one image file whole, front to back, as the reference's PIL does.
+"""Reading one image file whole, front to back, with the read() calls the reference makes.
 
-The reference opens each JPEG with PIL (torchvision CocoDetection), which reads it from offset 0
-to the end. numpy's `fromfile` (what this loader used before) goes through a stdio FILE whose
-seek to the end reads the file's last partial block first, then the body from offset 0, then that
-block again: the storage saw a small read at the tail before every sequential one. Here: open,
-fstat for the size, one read() of the whole file from offset 0 into a buffer of that size, close.
-The bytes and the order are PIL's; PIL asks in 64 KiB calls (plus a final read that finds the
-end), this asks once: the kernel's readahead turns both into the same requests (docs/fidelity.md).
+The reference opens each JPEG with PIL (torchvision CocoDetection: `Image.open(path).convert("RGB")`).
+`Image.open` reads through Python's buffered reader, whose buffer is the file system's block size
+(st_blksize): its first read() fills that buffer, from which the header is parsed; the decoder then
+asks for 64 KiB at a time (`ImageFile.decodermaxblock`) from offset 0, which the buffered reader
+serves as the rest of the first 64 KiB, then 64 KiB read() calls to the end and one that finds it.
+On a 4 KiB-block file system a 334 KB file is 4 KiB, 60 KiB, 4 x 64 KiB, the tail, then EOF: eight
+calls. Those small first reads set the kernel's readahead, so the device sees several requests per
+file (measured: ~7.9 at the default 128 KiB readahead), where one read of the whole file is one
+request (docs/fidelity.md). "pil" makes the same calls through the same buffered reader, without
+decoding; "whole" is one read() of the file's size.
+
+numpy's `fromfile`, used before, read the file's last partial block first, then the body, then that
+block again.
+
+Each returns the file's bytes and the (offset, size) of every read() that returned data, in order,
+for the load profile (common.data.reads.note_reads).
 """
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
+JPEG_READS: tuple[str, ...] = ("pil", "whole")
+PIL_BLOCK = 65536  # PIL's ImageFile.decodermaxblock: what its decoder asks for at a time
 
-def read_front_to_back(path: str | Path) -> bytearray:
-    """The file's bytes, read sequentially from offset 0 (a file that shrank meanwhile: what is left)."""
-    with open(path, "rb", buffering=0) as raw:  # unbuffered: the read goes straight into `content`
+
+class _NotedFile(io.FileIO):
+    """A raw file that notes the range of each read() that returned data."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path, "r")
+        self.ranges: list[tuple[int, int]] = []
+        self._offset = 0  # tracked here: asking the kernel (tell) would add an lseek per read
+
+    def readinto(self, buffer) -> int:
+        got = super().readinto(buffer)
+        if got:
+            self.ranges.append((self._offset, got))
+            self._offset += got
+        return got
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._offset = super().seek(offset, whence)
+        return self._offset
+
+
+def read_as_pil(path: str | Path) -> tuple[bytearray, list[tuple[int, int]]]:
+    """The file's bytes, read with PIL's calls (see the module doc)."""
+    with _NotedFile(path) as raw:
+        size = os.fstat(raw.fileno()).st_size
+        block = raw._blksize if raw._blksize > 1 else io.DEFAULT_BUFFER_SIZE  # what open() chooses
+        # room for one more full request at the end: the last call asks 64 KiB, as PIL's does
+        content = bytearray(size + PIL_BLOCK)
+        with io.BufferedReader(raw, buffer_size=block) as buffered, memoryview(content) as view:
+            buffered.peek(1)  # Image.open's header parse: the buffered reader's first fill
+            filled = 0
+            while filled < size:
+                got = buffered.readinto(view[filled:filled + PIL_BLOCK])
+                if not got:
+                    break
+                filled += got
+            ranges = raw.ranges
+    del content[filled:]
+    return content, ranges
+
+
+def read_whole(path: str | Path) -> tuple[bytearray, list[tuple[int, int]]]:
+    """The file's bytes in one read() of its size, from offset 0 (unbuffered: straight into them)."""
+    with _NotedFile(path) as raw:
         size = os.fstat(raw.fileno()).st_size
         content = bytearray(size)
         filled = 0
@@ -27,6 +80,9 @@ def read_front_to_back(path: str | Path) -> bytearray:
                 if not got:
                     break
                 filled += got
-    if filled < size:
-        del content[filled:]
-    return content
+        ranges = raw.ranges
+    del content[filled:]
+    return content, ranges
+
+
+READERS = {"pil": read_as_pil, "whole": read_whole}

@@ -42,20 +42,21 @@ def test_the_reference_and_storage_configs_read_as_the_reference(gin_files: list
     settings = data_path_settings(data)
     assert {s.name for s in departures(settings)} == ALWAYS_DIFFERENT
     assert {s.name for s in settings} >= {"train_workers", "prefetch_per_worker", "persistent_workers", "eval_order",
-                                          "eval_padding", "val_json_reads", "jpeg_read_order",
+                                          "eval_padding", "val_json_reads", "jpeg_read_order", "jpeg_reads",
                                           "images_without_boxes_kept", "rank_split"}
 
 
 def test_the_defaults_are_the_reference_and_each_departure_names_its_binding() -> None:
     assert {s.name for s in departures(data_path_settings(DataConfig()))} == ALWAYS_DIFFERENT
     ours = DataConfig(num_workers=8, prefetch_factor=4, eval_order="index", eval_pad_to_world_size=False,
-                      drop_train_images_without_boxes=True)
+                      drop_train_images_without_boxes=True, jpeg_reads="whole")
     off = {s.name: s.binding for s in departures(data_path_settings(ours))}
     assert off == {"train_workers": "retinanet.DataConfig.num_workers",
                    "prefetch_per_worker": "retinanet.DataConfig.prefetch_factor",
                    "eval_order": "retinanet.DataConfig.eval_order",
                    "eval_padding": "retinanet.DataConfig.eval_pad_to_world_size",
                    "images_without_boxes_kept": "retinanet.DataConfig.drop_train_images_without_boxes",
+                   "jpeg_reads": "retinanet.DataConfig.jpeg_reads",
                    "persistent_workers": "none: common.data.loader.StreamingLoader keeps its workers",
                    "rank_split": "none: common.data.epochs rank_slices='batch'"}
     for binding in off.values():  # a named binding is a real field
@@ -72,6 +73,7 @@ def test_debug_departs_only_in_its_worker_counts() -> None:
 @pytest.mark.parametrize(("binding", "message"), [
     ({"eval_order": "random"}, r"retinanet.DataConfig.eval_order must be one of \['permuted', 'index'\]"),
     ({"prefetch_factor": 0}, "retinanet.DataConfig.prefetch_factor must be an int >= 1"),
+    ({"jpeg_reads": "mmap"}, r"retinanet.DataConfig.jpeg_reads must be one of \['pil', 'whole'\]"),
     ({"eval_pad_to_world_size": "yes"}, "retinanet.DataConfig.eval_pad_to_world_size must be True or False"),
     ({"drop_train_images_without_boxes": 1}, "retinanet.DataConfig.drop_train_images_without_boxes must be True"),
 ])
