@@ -1,55 +1,53 @@
-"""From gin's `DataConfig` to the train windows and the eval set of a Yambda dataset.
+"""From gin's `DataConfig` / `StreamingConfig` to the train windows and the evaluation set.
 
-The dataset named in the config is created on first use when it is a synthetic one
-(`yambda-synthetic-<size>-seed<seed>`) and preprocessed when its processed files are missing or
-stale; downloaded Yambda (`yambda-<50m|500m|5b>`) goes through the very same path. A data root in
-an object store (`s3://bucket/prefix`) is only read: its `processed/` must have been published
-there (`processed_format.how_to_publish`).
+The dataset is read from the reference's flat-event cache (`processed_<size>/hstu_cache_L<L>/`).
+Rank 0 makes what is missing, in the order the reference's first run does: a synthetic dataset is
+generated (`yambda-synthetic-<size>-seed<seed>`), the raw files preprocessed into
+`train_sessions.parquet` (when there is no cache yet, or the raw files changed), the cache built from
+it, then the anchor positions of this `min_history` and their timestamps; the other ranks wait
+(`common.RunConfig.data_preparation_timeout_s`). A prepared cache (the reference's download)
+needs nothing else. A data root in an object store (`s3://bucket/prefix`) is only read: its cache
+must have been published there.
+
+Windows, order and rank split are the reference's (windows.py; `round_robin_batches`): rank r
+trains samples r, r + W, r + 2W, ... of each window's order, in batches of GBS / W, the tail
+dropped, so all ranks work on the same users at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import torch
 
-from common.quality.auc import binary_auc
-from common.distributed.collectives import run_on_rank0, world_size
 from common.config.checks import ConfigError
-from common.distributed.setup import DistInfo
-from common.run.task import EvalPoint
-from common.data.index import rank_share, window_batches
+from common.data.fidelity import DataPathSetting
+from common.data.index import round_robin_batches
 from common.data.loader import StreamingLoader
-from common.data.time_windows import TimeWindows, index_is_complete, write_index
+from common.distributed.collectives import run_on_rank0, world_size
+from common.distributed.setup import DistInfo
 from common.object_store.location import ObjectPath
+from common.quality.auc import binary_auc
+from common.run.task import EvalPoint
+from recommendation_v4.data import cache_build, layout, schema
+from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import features as F
-from recommendation_v4.data import layout, schema
-from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.preprocess import SplitConfig, ensure_processed, other_split, published_other_split
+from recommendation_v4.data.dataset import YambdaDataset
+from recommendation_v4.data.item_maps import ItemMaps
+from recommendation_v4.data.preprocess import ensure_processed, stale_reason
 from recommendation_v4.data.synthetic import ensure_synthetic
+from recommendation_v4.data.windows import AnchorWindows
 from recommendation_v4.model.flavors import HSTUFlavor, reference_table_rows
-from recommendation_v4.run_config import DataConfig
+from recommendation_v4.run_config import DataConfig, StreamingConfig
 
 # pseudo-count of the popularity baseline: items seen rarely shrink toward the global rate
 POPULARITY_PRIOR_COUNT = 10.0
-# the eval subset is the same for every run, whatever its training seed
+# the evaluation subset is the same for every run, whatever its training seed
 EVAL_SUBSET_SEED = 20_260_101
-WINDOW_INDEX_DIR = "window_index"
-
-
-class _AnchorTimestamps:
-    """The anchor timestamps of a split as a lazy array: read a slice or a gather at a time."""
-
-    def __init__(self, dataset: YambdaSequenceDataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, key):
-        rows = np.asarray(self.dataset.anchors[key], dtype=np.int64)
-        return np.asarray(self.dataset.data.events["timestamp"][rows], dtype=np.int64)
+# the popularity baseline counts at most this many train anchors (evenly spaced: still a forward read)
+BASELINE_MAX_ANCHORS = 50_000_000
 
 
 def dataset_dir_for(config: DataConfig) -> layout.Location:
@@ -63,126 +61,145 @@ def _dataset_kind(config: DataConfig) -> dict[str, str | int]:
         raise ConfigError(f"recommendation_v4.DataConfig.dataset: {error}") from error
 
 
-def _check_published(dataset_dir: ObjectPath, config: DataConfig) -> None:
-    """Processed data in an object store is used as published: present (else the DatasetError
-    saying how to publish it) and built with the configured split (else a ConfigError)."""
-    processed = layout.processed_dir(dataset_dir)
-    other = published_other_split(processed, SplitConfig(test_day=config.test_day))
-    if other is not None:
-        raise ConfigError(
-            f"recommendation_v4.DataConfig.test_day={config.test_day}: {processed} was built with {other}; bind "
-            "the test day it was built with, or preprocess and publish it again with this one")
+def _how_to_get(dataset_dir: layout.Location, size: str) -> str:
+    return (f"download it (recommendation_v4/download_dataset.sh --size {size} --dataset-dir {dataset_dir}: the raw "
+            f"files, preprocessed and cached on first use; or the prepared cache the reference publishes, "
+            f"processed_{size}/hstu_cache_L4086/ with item_popularity.npy and shared_metadata/)")
 
 
-def materialise(config: DataConfig) -> layout.Location:
-    """Rank 0 generates (synthetic) and preprocesses the dataset; every rank gets its directory,
-    or rank 0's error (a missing or malformed dataset is a data error on every rank). A dataset in
-    an object store is only checked: the trainer does not write there."""
+def _announce(what: str) -> None:
+    waiting = "; the other ranks wait for it" if world_size() > 1 else ""
+    print(f"[data] {what}{waiting}", flush=True)
+
+
+def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, history_length: int,
+                   min_history: int) -> None:
+    """Rank 0: whatever the reference's first run would build, built (see the module docstring)."""
+    kind = _dataset_kind(config)
+    if kind["kind"] == "synthetic" and config.generate_if_missing:
+        ensure_synthetic(dataset_dir, size=size, seed=int(kind["seed"]), content=str(kind["content"]))
+    processed = pathlib.Path(layout.processed_dir(dataset_dir, size))
+    cache = processed / layout.cache_dir_name(history_length)
+    has_raw = pathlib.Path(layout.multi_event_path(dataset_dir, size)).is_file()
+    if has_raw:
+        reason = stale_reason(dataset_dir, size)
+        if reason is not None and (reason != "not built yet" or not cf.is_ready(cache)):
+            ensure_processed(dataset_dir, size, progress=True,
+                             announce=lambda why: _announce(f"preprocessing {dataset_dir} ({why})"))
+    elif not cf.is_ready(cache) and not (processed / layout.TRAIN_SESSIONS_FILE).is_file():
+        raise schema.DatasetError(f"no Yambda data at {dataset_dir} (no {cache} and no raw files): "
+                                  + _how_to_get(dataset_dir, size))
+    try:
+        if not cf.is_ready(cache):
+            _announce(f"building the flat-event cache {cache} from {layout.TRAIN_SESSIONS_FILE} (the reference's "
+                      f"first-run build; ahead of time: python -m recommendation_v4.data.cache_build --dataset-dir "
+                      f"{dataset_dir} --history-length {history_length})")
+            cache_build.build_cache(processed, history_length)
+        cache_build.ensure_positions(cache, history_length, min_history)
+        cache_build.ensure_anchor_ts(cache, history_length, min_history)
+    except PermissionError as error:
+        raise schema.DatasetError(f"{cache}: cannot write what this run needs there ({error}); build it once where the "
+                                  f"dataset is writable: python -m recommendation_v4.data.cache_build --dataset-dir "
+                                  f"{dataset_dir} --history-length {history_length} --min-history {min_history}") from error
+
+
+def _check_published(cache: ObjectPath, history_length: int, min_history: int) -> None:
+    opened = cf.FlatEventCache.open(cache)
+    for name in (cf.positions_file(history_length, min_history), cf.anchor_ts_file(history_length, min_history)):
+        if not opened.has(name):
+            raise schema.DatasetError(
+                f"{cache / name}: no such object: publish the cache with the positions and anchor timestamps of "
+                f"min_history {min_history} (python -m recommendation_v4.data.synthetic --out s3://... --cache "
+                f"{history_length}:{min_history}, or build them locally and upload the directory)")
+
+
+def materialise(config: DataConfig, *, history_length: int, min_history: int) -> layout.Location:
+    """Rank 0 prepares what is missing; every rank gets the dataset directory, or rank 0's error."""
     dataset_dir = dataset_dir_for(config)
+    size = str(_dataset_kind(config)["size"])
     if isinstance(dataset_dir, ObjectPath):
-        _dataset_kind(config)
-        run_on_rank0(lambda: _check_published(dataset_dir, config), shared_errors=(ConfigError, schema.DatasetError))
+        cache = layout.cache_dir(dataset_dir, size, history_length)
+        run_on_rank0(lambda: _check_published(cache, history_length, min_history),
+                     shared_errors=(ConfigError, schema.DatasetError))
         return dataset_dir
-
-    def prepare() -> None:
-        kind = _dataset_kind(config)
-        if kind["kind"] == "synthetic" and config.generate_if_missing:
-            ensure_synthetic(dataset_dir, size=str(kind["size"]), seed=int(kind["seed"]), content=str(kind["content"]))
-        schema.validate_raw_dataset(dataset_dir)  # a clear message if it is missing or malformed
-        split = SplitConfig(test_day=config.test_day)
-        other = other_split(dataset_dir, split)
-        if other is not None:
-            # someone preprocessed this split on purpose: replacing it silently would train on another one
-            raise ConfigError(
-                f"recommendation_v4.DataConfig.test_day={config.test_day}: {layout.processed_dir(dataset_dir)} "
-                f"was built with {other}; bind the test day it was built with, or rebuild it with "
-                f"`python -m recommendation_v4.data.preprocess --dataset-dir {dataset_dir} --force"
-                f"{'' if config.test_day is None else f' --test-day {config.test_day}'}`")
-
-        def announce(reason: str) -> None:
-            waiting = "; the other ranks wait for it" if world_size() > 1 else ""
-            print(f"[data] preprocessing {dataset_dir} ({reason}){waiting}. For a large "
-                  f"dataset run `python -m recommendation_v4.data.preprocess --dataset-dir {dataset_dir}"
-                  f"{'' if config.test_day is None else f' --test-day {config.test_day}'}` ahead of training",
-                  flush=True)
-
-        ensure_processed(dataset_dir, config=split, progress=True, announce=announce)
-
-    run_on_rank0(prepare, shared_errors=(ConfigError, schema.DatasetError))
+    run_on_rank0(lambda: _prepare_local(config, pathlib.Path(dataset_dir), size, history_length, min_history),
+                 shared_errors=(ConfigError, schema.DatasetError))
     return dataset_dir
+
+
+def _train_and_holdout(windows: AnchorWindows, stream: StreamingConfig) -> tuple[list[int], int]:
+    """The train windows and the holdout window (see StreamingConfig); a ConfigError when they clash."""
+    count = windows.num_windows()
+    start = stream.start_window
+    if stream.eval_holdout_window >= 0:
+        holdout = stream.eval_holdout_window
+    else:
+        holdout = start + stream.num_windows if stream.num_windows else count - 1
+    end = start + stream.num_windows if stream.num_windows else holdout
+    if start >= count:
+        raise ConfigError(f"recommendation_v4.StreamingConfig.start_window={start}: the data has {count} windows "
+                          f"of {stream.window_seconds} s")
+    if not start <= holdout - stream.eval_holdout_num_windows + 1 or holdout >= count or start <= holdout < end:
+        raise ConfigError(
+            f"recommendation_v4.StreamingConfig: the evaluation window {holdout} is not one after the train windows "
+            f"{start}..{end - 1} among the data's {count} windows (set eval_holdout_window, num_windows or start_window)")
+    return list(range(start, min(end, count))), holdout
 
 
 @dataclasses.dataclass
 class YambdaData:
     config: DataConfig
+    stream: StreamingConfig
     dataset_dir: layout.Location
-    train: YambdaSequenceDataset
-    eval: YambdaSequenceDataset
-    eval_indices: np.ndarray
+    dataset: YambdaDataset
+    windows: AnchorWindows
+    train_keys: list[int]
+    sizes: dict[int, int]  # train samples per train window
+    holdout_window: int
+    eval_indices: np.ndarray  # the fixed evaluation set (anchor indices, ascending)
     info: DistInfo
 
     @property
     def table_rows(self) -> dict[str, int]:
-        return self.train.table_rows
+        return self.dataset.table_rows
 
     def describe(self) -> str:
-        return (
-            f"{self.config.dataset} at {self.dataset_dir}: {len(self.train):,} train samples, "
-            f"{len(self.eval_indices):,} eval samples (of {len(self.eval):,}), history_length "
-            f"{self.train.history_length}, tables {self.table_rows}"
-        )
+        d = self.dataset
+        return (f"{self.config.dataset} at {self.dataset_dir}: {len(d):,} anchors (min_history {d.min_history}) in "
+                f"{self.windows.num_windows()} windows; {sum(self.sizes.values()):,} train samples in windows "
+                f"{self.train_keys[0]}..{self.train_keys[-1]}, {len(self.eval_indices):,} evaluation samples of window "
+                f"{self.holdout_window}; history {d.history_length} ({d.history_strategy}, scan {d.scan_window}); "
+                f"tables {self.table_rows}")
 
-    def train_windows(self, *, window_seconds: int) -> TimeWindows:
-        """The train samples grouped into time windows (days by default), in time order.
+    def train_window_batches(self, key: int, *, global_batch_size: int) -> list[np.ndarray]:
+        info = self.info
+        return round_robin_batches(self.windows.train_window_indices(key), rank=info.rank, world_size=info.world_size,
+                                   batch_size=global_batch_size // info.world_size)
 
-        The index is built once, by rank 0, into the processed directory and memory-mapped by every
-        rank (common.data.time_windows): per-rank memory does not grow with the dataset or the ranks of
-        a node. A dataset directory that cannot be written gets the in-memory index on every rank.
-        """
-        source = self.train.anchor_source_name()
-        if source is None:
-            return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
-        directory = self.dataset_dir / layout.PROCESSED_DIR / WINDOW_INDEX_DIR / f"{source}-w{window_seconds}"
-        count = len(self.train)
-
-        def build() -> None:
-            if not index_is_complete(directory, count=count, window_seconds=window_seconds, source=source):
-                write_index(directory, timestamps=_AnchorTimestamps(self.train), window_seconds=window_seconds,
-                            source=source)
-
-        try:
-            run_on_rank0(build, shared_errors=(OSError,))
-        except OSError as error:
-            if self.info.is_main:
-                print(f"[data] window index not written under {directory} ({error}); every rank builds it in memory",
-                      flush=True)
-            return TimeWindows(self.train.anchor_timestamps(), window_seconds=window_seconds)
-        return TimeWindows.open(directory)
-
-    def train_window_batches(self, windows: TimeWindows, key: int, *, global_batch_size: int, seed: int) -> list[np.ndarray]:
-        return window_batches(
-            windows.indices(key),
-            global_batch_size=global_batch_size,
-            rank=self.info.rank,
-            world_size=self.info.world_size,
-            seed=seed,
-            key=key,
-        )
+    def _anchor_items_and_labels(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cache = self.dataset.cache
+        pos = np.asarray(self.dataset.positions[indices], dtype=np.int64)
+        items = np.asarray(cache.columns["flat_item_ids"][pos], dtype=np.int64)
+        labels = np.asarray(cache.columns["flat_played_ratio"][pos]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
+        return items, labels
 
     def popularity_baseline_auc(self) -> float:
-        """AUC of scoring each eval candidate by its item's listen_plus rate in the train split,
-        on exactly the eval samples the model is evaluated on."""
-        data = self.train.data
-        train_rows = np.asarray(self.train.anchors, dtype=np.int64)
-        items = np.asarray(data.events["item_id"][train_rows], dtype=np.int64)
-        labels = np.asarray(data.events["played_ratio_pct"][train_rows]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
-        n_items = int(self.train.id_rows["item_id"])
+        """AUC of scoring each evaluation candidate by its item's listen_plus rate over the train
+        windows' anchors (at most BASELINE_MAX_ANCHORS of them), on exactly the evaluation set."""
+        lo = self.windows.bounds(self.train_keys[0])[0]
+        hi = self.windows.bounds(self.train_keys[-1])[1]
+        anchor_ts = self.windows.anchor_ts
+        train = np.flatnonzero((anchor_ts >= lo) & (anchor_ts < hi))
+        if train.size > BASELINE_MAX_ANCHORS:
+            train = train[np.linspace(0, train.size - 1, BASELINE_MAX_ANCHORS).astype(np.int64)]
+        items, labels = self._anchor_items_and_labels(train)
+        n_items = max(self.dataset.id_rows["item_id"], int(items.max(initial=0)) + 1)
         plays = np.bincount(items, minlength=n_items)
         wins = np.bincount(items, weights=labels, minlength=n_items)
-        rate = (wins + POPULARITY_PRIOR_COUNT * labels.mean()) / (plays + POPULARITY_PRIOR_COUNT)
-        eval_rows = np.asarray(self.eval.anchors, dtype=np.int64)[self.eval_indices]
-        eval_items = np.asarray(data.events["item_id"][eval_rows], dtype=np.int64)
-        eval_labels = np.asarray(data.events["played_ratio_pct"][eval_rows]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
+        mean = labels.mean() if labels.size else 0.5
+        rate = (wins + POPULARITY_PRIOR_COUNT * mean) / (plays + POPULARITY_PRIOR_COUNT)
+        eval_items, eval_labels = self._anchor_items_and_labels(self.eval_indices)
+        eval_items = np.minimum(eval_items, n_items - 1)
         return binary_auc(torch.from_numpy(rate[eval_items]), torch.from_numpy(eval_labels.astype(np.float32)))
 
 
@@ -197,78 +214,102 @@ def _table_sizes(config: DataConfig) -> tuple[dict[str, int] | None, dict[str, i
     return cross, entity
 
 
-def prepare_data(*, config: DataConfig, model_config: HSTUFlavor, info: DistInfo, seed: int) -> YambdaData:
-    dataset_dir = materialise(config)
+def _subset(indices: np.ndarray, limit: int, seed: list[int] | int) -> np.ndarray:
+    if not limit or indices.size <= limit:
+        return indices
+    pick = np.random.default_rng(seed).choice(indices.size, limit, replace=False)
+    return indices[np.sort(pick)]
+
+
+def prepare_data(*, config: DataConfig, stream: StreamingConfig, model_config: HSTUFlavor, info: DistInfo) -> YambdaData:
     history_length = config.history_length or model_config.history_length
+    min_history = history_length if config.min_history is None else config.min_history
     if F.max_sequence_length(history_length) > model_config.max_seq_len:
-        raise ConfigError(
-            f"recommendation_v4.DataConfig.history_length={history_length} makes sequences longer than the "
-            f"model's max_seq_len={model_config.max_seq_len}"
-        )
+        raise ConfigError(f"recommendation_v4.DataConfig.history_length={history_length} makes sequences longer than "
+                          f"the model's max_seq_len={model_config.max_seq_len}")
+    dataset_dir = materialise(config, history_length=history_length, min_history=min_history)
+    size = str(_dataset_kind(config)["size"])
+    processed = layout.processed_dir(dataset_dir, size)
+    cache_dir = layout.cache_dir(dataset_dir, size, history_length)
     cross, entity = _table_sizes(config)
-    common = dict(
-        history_length=history_length,
-        min_history=config.min_history,
-        cross_table_rows=cross,
-        entity_table_rows=entity,
-        holdout_user_fraction=config.holdout_user_fraction,
-    )
-    processed = layout.processed_dir(dataset_dir)
-    train = YambdaSequenceDataset(processed, split="train", **common)
-    evaluation = YambdaSequenceDataset(processed, split="eval", **common)
-    # a fixed eval subset (same on every rank and run), trimmed to a multiple of world size
-    n_eval = len(evaluation)
-    if config.test_day_max_samples and n_eval > config.test_day_max_samples:
-        pick = np.random.default_rng(EVAL_SUBSET_SEED).choice(n_eval, config.test_day_max_samples, replace=False)
-        chosen = np.sort(pick)
-    else:
-        chosen = np.arange(n_eval)
-    chosen = chosen[: len(chosen) - len(chosen) % info.world_size]
-    return YambdaData(config=config, dataset_dir=dataset_dir, train=train, eval=evaluation, eval_indices=chosen, info=info)
+    popularity = processed / layout.ITEM_POPULARITY_FILE
+    dataset = YambdaDataset(
+        cache_dir, item_maps=ItemMaps.load(dataset_dir, processed), history_length=history_length,
+        min_history=min_history, scan_window=config.scan_window, history_strategy=config.history_strategy,
+        max_history_events=model_config.max_seq_len - F.SEQUENCE_OVERHEAD, cross_table_rows=cross,
+        entity_table_rows=entity, popularity_items=_popularity_items(popularity))
+    anchor_ts_name = cf.anchor_ts_file(history_length, min_history)
+    whole = isinstance(cache_dir, ObjectPath)  # an object is scanned whole: one GET per scan
+    windows = AnchorWindows(
+        lambda: cf.FlatEventCache.open(cache_dir).load_per_anchor(anchor_ts_name, whole=whole) if whole
+        else np.load(pathlib.Path(cache_dir) / anchor_ts_name, mmap_mode="r"),
+        window_seconds=stream.window_seconds, shuffle_fraction=stream.shuffle_fraction,
+        shuffle_seed=stream.shuffle_seed, train_split_percentage=config.train_split_percentage,
+        split_salt=config.split_salt,
+        uids_of=lambda idx: np.asarray(dataset.cache.columns["flat_uid"][np.asarray(dataset.positions[idx])]))
+    train_keys, holdout = _train_and_holdout(windows, stream)
+    sizes = windows.count_train_samples(train_keys)
+    eval_indices = _subset(windows.eval_holdout_indices(holdout, stream.eval_holdout_num_windows),
+                           config.eval_max_samples, EVAL_SUBSET_SEED)
+    return YambdaData(config=config, stream=stream, dataset_dir=dataset_dir, dataset=dataset, windows=windows,
+                      train_keys=train_keys, sizes=sizes, holdout_window=holdout, eval_indices=eval_indices, info=info)
 
 
-class CombinedSource:
-    """One index space over the train split then the eval split, so one loader serves both:
-    index i < len(train) is train sample i, index len(train) + j is eval sample j."""
+def _popularity_items(path: layout.Location) -> int:
+    try:
+        if isinstance(path, ObjectPath):
+            from common.object_store.npy_array import ObjectNpyArray
 
-    def __init__(self, train: YambdaSequenceDataset, evaluation: YambdaSequenceDataset) -> None:
-        self.train, self.eval = train, evaluation
-        self.offset = len(train)
-
-    def get_batch(self, indices: np.ndarray):
-        indices = np.asarray(indices, dtype=np.int64)
-        if indices.size and indices.min() >= self.offset:
-            return self.eval.get_batch(indices - self.offset)
-        if indices.size and indices.max() >= self.offset:
-            raise ValueError("an eval batch mixes train-split and eval-split samples")
-        return self.train.get_batch(indices)
+            return len(ObjectNpyArray(path))
+        return int(np.load(path, mmap_mode="r").shape[0]) if path.is_file() else 0
+    except FileNotFoundError:
+        return 0
 
 
-@dataclasses.dataclass
+def data_path_settings(config: DataConfig, stream: StreamingConfig, *, history_length: int) -> list[DataPathSetting]:
+    """This run's data path beside the reference's (PR #889 yambda_5b.gin and utils.py; docs/fidelity.md)."""
+    min_history = history_length if config.min_history is None else config.min_history
+    b = "recommendation_v4.DataConfig."
+    s = "recommendation_v4.StreamingConfig."
+    return [
+        DataPathSetting("layout", "hstu_cache (flat npy columns)", "hstu_cache (flat npy columns)", b + "dataset"),
+        DataPathSetting("order", "user-major" if stream.shuffle_fraction == 0 else f"shuffled {stream.shuffle_fraction:g}",
+                        "user-major", s + "shuffle_fraction"),
+        DataPathSetting("rank_split", "round_robin", "round_robin", "-"),
+        DataPathSetting("window_seconds", stream.window_seconds, 86_400, s + "window_seconds"),
+        DataPathSetting("min_history", min_history, 4086, b + "min_history"),
+        DataPathSetting("history_length", history_length, 4086, b + "history_length"),
+        DataPathSetting("scan_window", config.scan_window, 20_000, b + "scan_window"),
+        DataPathSetting("history_strategy", config.history_strategy, "interleaved", b + "history_strategy"),
+        DataPathSetting("train_workers", config.num_workers, 4, b + "num_workers"),
+        DataPathSetting("prefetch_factor", config.prefetch_factor, 8, b + "prefetch_factor"),
+        DataPathSetting("eval_workers", config.eval_num_workers, 4, b + "eval_num_workers"),
+        DataPathSetting("next_window_prepared_in_background", True, True, "-"),
+        DataPathSetting("window_selection", "full anchor_ts scan per window", "full anchor_ts scan per window", "-"),
+        DataPathSetting("eval_set", "holdout window" if stream.eval_mode == "holdout" else "next window",
+                        "holdout window", s + "eval_mode"),
+    ]
+
+
 class EvalPlan:
-    """Which samples an evaluation after train window T uses.
+    """Which samples an evaluation after train window T reads, and in which order.
 
-    "holdout": the fixed eval subset of the test day (the default, and what the MLPerf
-    reference scores). "next_window": the samples of window T+1 (strictly in the future of
-    everything trained so far), capped at `max_samples`; after the last train window, the
-    test day.
+    "holdout": the fixed set of the holdout window (the reference's `eval_holdout_indices`), the
+    same at every evaluation. "next_window": the samples of window T+1 (strictly later than
+    everything trained), capped at `max_samples`; after the last train window, the holdout set.
+    Either way each rank reads its round-robin share in batches of eval_batch_size / W, a short
+    last batch dropped, as the reference's evaluation loader does.
     """
 
-    data: YambdaData
-    windows: TimeWindows
-    mode: str
-    batch_size: int
-    max_samples: int
     HOLDOUT_KEY = -1
 
-    def __post_init__(self) -> None:
-        if self.batch_size % self.data.info.world_size:
-            raise ConfigError(
-                f"recommendation_v4.TrainConfig.eval_batch_size={self.batch_size} does not split over "
-                f"{self.data.info.world_size} ranks"
-            )
-        self.source = CombinedSource(self.data.train, self.data.eval)
-        self._train_keys = set(self.windows.keys())
+    def __init__(self, data: YambdaData, *, mode: str, batch_size: int, max_samples: int) -> None:
+        if batch_size % data.info.world_size:
+            raise ConfigError(f"recommendation_v4.TrainConfig.eval_batch_size={batch_size} does not split over "
+                              f"{data.info.world_size} ranks")
+        self.data, self.mode, self.batch_size, self.max_samples = data, mode, batch_size, max_samples
+        self.source = data.dataset
+        self._train_keys = set(data.train_keys)
 
     def iterate(self, loader: StreamingLoader, at: EvalPoint, *, first_window: int):
         """The (index, batch) pairs of the evaluation at `at`; the next one's first batch is prefetched."""
@@ -283,15 +324,9 @@ class EvalPlan:
 
     def batches(self, eval_key: int) -> list[np.ndarray]:
         if eval_key == self.HOLDOUT_KEY:
-            chosen = self.data.eval_indices + self.source.offset
+            chosen = self.data.eval_indices
         else:
-            chosen = self.windows.indices(eval_key)
-            if self.max_samples and chosen.size > self.max_samples:
-                pick = np.random.default_rng([EVAL_SUBSET_SEED, eval_key]).choice(chosen.size, self.max_samples, replace=False)
-                chosen = chosen[np.sort(pick)]
-            chosen = chosen[: chosen.size - chosen.size % self.data.info.world_size]
+            chosen = _subset(self.data.windows.window_indices(eval_key), self.max_samples, [EVAL_SUBSET_SEED, eval_key])
         info = self.data.info
-        return [
-            rank_share(chosen[s : s + self.batch_size], rank=info.rank, world_size=info.world_size)
-            for s in range(0, chosen.size, self.batch_size)
-        ]
+        return round_robin_batches(chosen, rank=info.rank, world_size=info.world_size,
+                                   batch_size=self.batch_size // info.world_size)

@@ -13,7 +13,7 @@ import gin
 import torch
 
 from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
-from common.data.time_windows import DAY_SECONDS
+DAY_SECONDS = 86_400
 from recommendation_v4.model.flavors import FLAVORS, HSTUFlavor
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
@@ -22,6 +22,7 @@ CLOSED_RULES = "closed_rules"  # StreamingConfig.first_eval_at_grid_point derive
 EVAL_MODES = ("holdout", "next_window")
 # recommendation_v4/parallel/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
 TRAIN_PIPELINES = ("auto", "sparse_dist", "plain")
+HISTORY_STRATEGIES = ("interleaved", "last_n")
 
 
 @gin.configurable(module="recommendation_v4")
@@ -70,45 +71,61 @@ class TrainConfig:
 @gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
+    """The data path; every default is the reference's (PR #889 yambda_5b.gin, utils.get_dataset):
+    docs/fidelity.md lists each setting beside the reference's file:line."""
+
     data_root: str = "data"
     dataset: str = "yambda-synthetic-small-seed0"
     history_length: int | None = None  # None: the model flavor's
-    min_history: int = 5
-    num_workers: int = 1
-    eval_num_workers: int = 1  # processes building evaluation batches (0: in the trainer process)
-    # the held-out test day (day index, timestamp // 86400); None: the last day, as the reference
-    test_day: int | None = None
-    test_day_max_samples: int = 0  # a fixed subset of the test day's samples; 0 = all of them
+    min_history: int | None = None  # anchors need this many earlier events; None: history_length
+    scan_window: int = 20_000  # events scanned back from an anchor for its history
+    history_strategy: str = "interleaved"  # or "last_n" (HISTORY_STRATEGIES)
+    num_workers: int = 4
+    prefetch_factor: int = 8  # batches each loader worker builds ahead
+    eval_num_workers: int = 4  # processes building evaluation batches (0: in the trainer process)
+    eval_max_samples: int = 0  # a fixed subset of the evaluation set; 0 = all of it
     generate_if_missing: bool = True
     # None: the reference sizes; an int: that many rows for each of the 7 hashed cross tables
     cross_table_rows: int | None = None
     # None: the data's own id ranges; "reference": Yambda-5b's entity counts
     entity_table_rows: str | None = None
-    holdout_user_fraction: float = 0.0
+    # users whose uid hash is at or above it are held out of training (the evaluation's); 1.0: none
+    train_split_percentage: float = 1.0
+    split_salt: int = 0
 
     def __post_init__(self) -> None:
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
-        require_int(self, "min_history", minimum=1)
-        require_int(self, "num_workers", "eval_num_workers", "test_day_max_samples", minimum=0)
-        if self.test_day is not None:
-            require_int(self, "test_day", minimum=0)
+        if self.min_history is not None:
+            require_int(self, "min_history", minimum=0)
+        require_int(self, "scan_window", "prefetch_factor", minimum=1)
+        require_choice(self, "history_strategy", HISTORY_STRATEGIES)
+        require_int(self, "num_workers", "eval_num_workers", "eval_max_samples", "split_salt", minimum=0)
         if self.history_length is not None:
-            require_int(self, "history_length", minimum=1)
+            require_int(self, "history_length", minimum=3)
         if self.cross_table_rows is not None:
             require_int(self, "cross_table_rows", minimum=1)
         require(self, "entity_table_rows", self.entity_table_rows in (None, "reference"), "None or 'reference'")
-        require(self, "holdout_user_fraction", 0 <= self.holdout_user_fraction < 1, "in [0, 1)")
+        require(self, "train_split_percentage", 0 < self.train_split_percentage <= 1, "in (0, 1]")
 
 
 @gin.configurable(module="recommendation_v4")
 @dataclasses.dataclass(frozen=True)
 class StreamingConfig:
-    """Strict time order: train window T, evaluate on T+1 ("next_window") or the test day ("holdout")."""
+    """Strict time order over windows of `window_seconds` from the earliest anchor: train windows
+    start_window.. (num_windows of them; 0: up to the evaluation window), evaluating on a fixed
+    later window ("holdout", the reference's) or on window T+1 after training T ("next_window")."""
 
     window_seconds: int = DAY_SECONDS
-    start_window: int = 0  # first window index (day) to train
-    num_windows: int = 0  # 0: every window from start_window on
+    start_window: int = 0  # first window index to train
+    num_windows: int = 0  # 0: every window from start_window up to the holdout window
     eval_mode: str = "holdout"
+    # the holdout window; -1: the one just past the trained windows (the last window with num_windows 0)
+    eval_holdout_window: int = -1
+    eval_holdout_num_windows: int = 1
+    # 0: each window in the cache's user-major order (the reference's); 1: fully shuffled; between:
+    # shuffled within runs of that fraction of the window (windows.shuffle_window)
+    shuffle_fraction: float = 0.0
+    shuffle_seed: int = 0
     eval_every_data_pct: float = 0.0  # MLPerf eval grid: ceil(pct * train_samples / GBS) steps
     eval_at_window_end: bool = False
     next_window_max_samples: int = 0  # next_window mode: a fixed subset of each eval window (0 = all)
@@ -117,12 +134,14 @@ class StreamingConfig:
     first_eval_at_grid_point: int | str = 0
 
     def __post_init__(self) -> None:
-        require_int(self, "window_seconds", minimum=1)
-        require_int(self, "start_window", "num_windows", "next_window_max_samples", minimum=0)
+        require_int(self, "window_seconds", "eval_holdout_num_windows", minimum=1)
+        require_int(self, "start_window", "num_windows", "next_window_max_samples", "shuffle_seed", minimum=0)
+        require_int(self, "eval_holdout_window", minimum=-1)
         if self.first_eval_at_grid_point != CLOSED_RULES:
             require_int(self, "first_eval_at_grid_point", minimum=0)
         require_choice(self, "eval_mode", EVAL_MODES)
         require(self, "eval_every_data_pct", 0 <= self.eval_every_data_pct <= 1, "in [0, 1]")
+        require(self, "shuffle_fraction", 0 <= self.shuffle_fraction <= 1, "in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)

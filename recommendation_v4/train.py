@@ -26,7 +26,7 @@ from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
 from common.run.schedule import per_rank_batch
 from recommendation_v4.data.schema import DatasetError
-from recommendation_v4.data_setup import EvalPlan, YambdaData, prepare_data
+from recommendation_v4.data_setup import EvalPlan, YambdaData, data_path_settings, prepare_data
 from recommendation_v4.mllog_recipe import COMPLIANCE_RULES, mllog_hyperparameters
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
@@ -53,20 +53,20 @@ class DlrmBuild:
         local_batch = per_rank_batch(cfg.global_batch_size, info.world_size,
                                      binding="recommendation_v4.TrainConfig.global_batch_size")  # before hours of data preparation
         self.mcfg = cfg.model()
-        self.yambda: YambdaData = prepare_data(config=c.data, model_config=self.mcfg, info=info, seed=ctx.seed)
+        self.yambda: YambdaData = prepare_data(config=c.data, stream=c.stream, model_config=self.mcfg, info=info)
         data = self.yambda
         ctx.say(f"[data] {data.describe()}")
-        self.windows = windows = data.train_windows(window_seconds=c.stream.window_seconds)
-        schedule = dlrm_schedule(cfg=cfg, stream=c.stream, sizes=windows.sizes(), local_batch_size=local_batch)
+        schedule = dlrm_schedule(cfg=cfg, stream=c.stream, sizes=data.sizes, local_batch_size=local_batch)
         train_loader = StreamingLoader(
-            source=data.train,
-            build_window=lambda key: data.train_window_batches(windows, key, global_batch_size=cfg.global_batch_size,
-                                                               seed=ctx.seed),
+            source=data.dataset,
+            build_window=lambda key: data.train_window_batches(key, global_batch_size=cfg.global_batch_size),
             num_workers=c.data.num_workers,
+            prefetch_factor=c.data.prefetch_factor,
             seed=ctx.seed,
         )
         return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset, data_dirs=[data.dataset_dir],
-                        count_samples=lambda batch: batch.batch_size)
+                        count_samples=lambda batch: batch.batch_size,
+                        data_path=data_path_settings(c.data, c.stream, history_length=data.dataset.history_length))
 
     def training(self, plan: DataPlan) -> TrainingPlan:
         ctx, c, cfg, mcfg, info, data = self.ctx, self.c, self.cfg, self.mcfg, self.ctx.info, self.yambda
@@ -85,11 +85,12 @@ class DlrmBuild:
         warning = closed_rules_warning(schedule, cfg=cfg) if c.data.dataset == "yambda-5b" else None
         if warning is not None:
             ctx.say(warning)
-        evals = EvalPlan(data=data, windows=self.windows, mode=c.stream.eval_mode, batch_size=cfg.eval_batch_size,
+        evals = EvalPlan(data, mode=c.stream.eval_mode, batch_size=cfg.eval_batch_size,
                          max_samples=c.stream.next_window_max_samples)
         # worker processes build the eval batches while the model scores the previous ones
         eval_loader = StreamingLoader(source=evals.source, build_window=evals.batches,
-                                      num_workers=c.data.eval_num_workers, seed=ctx.seed)
+                                      num_workers=c.data.eval_num_workers, prefetch_factor=c.data.prefetch_factor,
+                                      seed=ctx.seed)
         task_class = dlrm_task_class(cfg.train_pipeline, info.device)  # DlrmTask or TorchRec's sparse-dist pipeline
         how = "TorchRec TrainPipelineSparseDist" if task_class is not DlrmTask else "plain loop"
         ctx.say(f"[pipeline] {how} (recommendation_v4.TrainConfig.train_pipeline = {cfg.train_pipeline!r} on "
@@ -119,7 +120,7 @@ class DlrmBuild:
                                                   sharding=c.sharding, schedule=schedule,
                                                   eval_samples=len(data.eval_indices), seed=ctx.seed,
                                                   config_file=ctx.config_file),
-            reference_data=c.data.dataset == "yambda-5b" and c.data.test_day_max_samples == 0,
+            reference_data=c.data.dataset == "yambda-5b" and c.data.eval_max_samples == 0,
             summarize=summarize,
             closeables=[eval_loader],
             identity={**config_identity(cfg, "global_batch_size", "flavor", "model_overrides"),

@@ -5,6 +5,9 @@
   global batch in order, so 1 and N ranks train the same samples per step.
 - `window_batches`: a window's samples, shuffled (seeded by run seed and window), cut into
   global batches (a tail short of a batch is dropped), and this rank's share of each.
+- `round_robin_batches`: rank r's strided share indices[r::W] of an ordered sample list, cut into
+  its own batches, as a non-shuffling DistributedSampler and a drop_last DataLoader hand them out
+  (so at step s all ranks read neighbouring samples: the global batch is one block of the list).
 - `eval_step_interval`: the MLPerf evaluation grid, every ceil(pct * train_samples / GBS) steps.
 """
 
@@ -43,6 +46,18 @@ def window_batches(
         rank_share(order[b * global_batch_size : (b + 1) * global_batch_size], rank=rank, world_size=world_size)
         for b in range(num)
     ]
+
+
+def round_robin_batches(indices: np.ndarray, *, rank: int, world_size: int, batch_size: int) -> list[np.ndarray]:
+    """Rank `rank`'s samples `indices[:n][rank::world_size]` (n: the largest multiple of the world
+    size) in batches of `batch_size`, a short last batch dropped: every rank gets the same count."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world size {world_size}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = np.asarray(indices, dtype=np.int64)
+    mine = order[: order.size - order.size % world_size][rank::world_size]
+    return [mine[b * batch_size : (b + 1) * batch_size] for b in range(mine.size // batch_size)]
 
 
 def eval_step_interval(*, eval_every_data_pct: float, train_samples: int, global_batch_size: int) -> int:

@@ -1,10 +1,12 @@
-"""Loader benchmark: samples/s of the trainers' loader (common.data.loader) over a processed Yambda dataset.
+"""Loader benchmark: samples/s of the trainers' loader (common.data.loader) over a Yambda flat-event cache.
 
-    python -m recommendation_v4.bench.loader --dataset-dir DIR --history-length 4096 \
-        --batch-size 1024 --num-batches 20 --num-workers 2
+    python -m recommendation_v4.bench.loader --dataset-dir DIR --history-length 4086 \
+        --batch-size 1024 --num-batches 20 --num-workers 2 [--order user-major|random]
 
-The goal is 2,000 samples/s per worker at history_length 4096 (what one accelerator consumes
-at batch 1024). Use the `longhist` synthetic size so the histories are actually full.
+The goal is 2,000 samples/s per worker at history_length 4086 (what one accelerator consumes
+at batch 1024). Use the `longhist` synthetic size so the histories are actually full. The
+batches are runs of consecutive anchors (the reference's user-major order) or random anchors
+(a fully shuffled window).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import numpy as np
 
 from common.data.batch_arena import batch_slab
 from common.data.loader import stream_batches
-from recommendation_v4.data.dataset import YambdaSequenceDataset
-from recommendation_v4.data.preprocess import ensure_processed
+from recommendation_v4.data import cache_build, layout
+from recommendation_v4.data.dataset import YambdaDataset
+from recommendation_v4.data.item_maps import ItemMaps
 
 WARMUP_BATCHES = 8  # per worker: start-up and filling the loader's pool of reused batch buffers are not throughput
 
@@ -39,7 +42,7 @@ class LoaderThroughput:
     seconds: float
 
 
-def _get_batch_cpu_rate(dataset: YambdaSequenceDataset, batches: list[np.ndarray]) -> float:
+def _get_batch_cpu_rate(dataset: YambdaDataset, batches: list[np.ndarray]) -> float:
     with batch_slab():
         dataset.get_batch(batches[0])  # first touch of the memory maps (and the batch size learnt)
     started = time.process_time()
@@ -49,19 +52,36 @@ def _get_batch_cpu_rate(dataset: YambdaSequenceDataset, batches: list[np.ndarray
     return sum(b.size for b in batches[1:]) / max(time.process_time() - started, 1e-9)
 
 
+def open_dataset(dataset_dir: str | pathlib.Path, *, history_length: int, min_history: int | None = None) -> YambdaDataset:
+    """The dataset's anchors at this history length, its cache built first if missing."""
+    dataset_dir = pathlib.Path(dataset_dir)
+    size = layout.find_size(dataset_dir)
+    processed = pathlib.Path(layout.processed_dir(dataset_dir, size))
+    floor = history_length if min_history is None else min_history
+    cache = cache_build.build_cache(processed, history_length)
+    cache_build.ensure_positions(cache, history_length, floor)
+    return YambdaDataset(cache, item_maps=ItemMaps.load(dataset_dir, processed), history_length=history_length,
+                         min_history=floor)
+
+
 def run_loader_benchmark(
     dataset_dir: str | pathlib.Path, *, history_length: int, batch_size: int, num_batches: int,
-    num_workers: int, split: str = "train", seed: int = 0,
+    num_workers: int, order: str = "user-major", min_history: int | None = None, seed: int = 0,
 ) -> LoaderThroughput:
-    """Time `num_batches` random batches after a warm-up; returns rates and history fill."""
+    """Time `num_batches` batches after a warm-up; returns rates and history fill."""
     if batch_size <= 0 or num_batches <= 0:
         raise ValueError(f"batch_size and num_batches must be positive, got {batch_size}, {num_batches}")
-    dataset = YambdaSequenceDataset(ensure_processed(dataset_dir), split=split, history_length=history_length)
+    dataset = open_dataset(dataset_dir, history_length=history_length, min_history=min_history)
     if len(dataset) < batch_size:
-        raise ValueError(f"{dataset_dir} has {len(dataset)} {split} samples, fewer than batch_size {batch_size}")
+        raise ValueError(f"{dataset_dir} has {len(dataset)} anchors, fewer than batch_size {batch_size}")
     warmup = WARMUP_BATCHES * max(num_workers, 1)
     rng = np.random.default_rng(seed)
-    batches = [np.sort(rng.choice(len(dataset), batch_size, replace=False)) for _ in range(warmup + num_batches)]
+    count = warmup + num_batches
+    if order == "random":
+        batches = [np.sort(rng.choice(len(dataset), batch_size, replace=False)) for _ in range(count)]
+    else:
+        first = int(rng.integers(0, max(len(dataset) - count * batch_size, 0) + 1))
+        batches = [np.arange(first + b * batch_size, first + (b + 1) * batch_size) % len(dataset) for b in range(count)]
     cpu_rate = _get_batch_cpu_rate(dataset, batches[: min(len(batches), 1 + num_batches)])
     loader = stream_batches(dataset, batches, num_workers=num_workers)
     history_events = 0
@@ -97,15 +117,16 @@ def measure_loader_samples_per_s(
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
-    parser.add_argument("--history-length", type=int, default=4096)
+    parser.add_argument("--history-length", type=int, default=4086)
+    parser.add_argument("--min-history", type=int, default=None, help="default: the history length")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--num-batches", type=int, default=20)
     parser.add_argument("--num-workers", type=int, default=1)
-    parser.add_argument("--split", default="train")
+    parser.add_argument("--order", choices=("user-major", "random"), default="user-major")
     args = parser.parse_args(argv)
     result = run_loader_benchmark(
         args.dataset_dir, history_length=args.history_length, batch_size=args.batch_size,
-        num_batches=args.num_batches, num_workers=args.num_workers, split=args.split,
+        num_batches=args.num_batches, num_workers=args.num_workers, order=args.order, min_history=args.min_history,
     )
     print(json.dumps(dataclasses.asdict(result), indent=2))
     return 0

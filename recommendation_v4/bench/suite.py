@@ -81,7 +81,7 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
     from recommendation_v4.parallel.embedding_init import init_sharded_embeddings
     from recommendation_v4.model.flavors import FLAVORS
     from recommendation_v4.model.dlrm_hstu import DlrmHSTU
-    from recommendation_v4.run_config import DataConfig
+    from recommendation_v4.run_config import DataConfig, StreamingConfig
     from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig, build_optimizer, shard_model
     from recommendation_v4.task import DlrmTask
 
@@ -90,8 +90,8 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
     mcfg = FLAVORS["debug"]
     data = prepare_data(
         config=DataConfig(data_root=str(data_root), dataset="yambda-synthetic-small-seed0", cross_table_rows=50_000,
-                          test_day_max_samples=512),
-        model_config=mcfg, info=info, seed=1,
+                          min_history=5, eval_max_samples=512),
+        stream=StreamingConfig(), model_config=mcfg, info=info,
     )
     torch.manual_seed(1)
     model = DlrmHSTU(config=mcfg, table_rows=data.table_rows)
@@ -107,9 +107,8 @@ def _debug_task(data_root: Path, *, global_batch_size: int):
 def bench_train(data_root: Path, *, steps: int) -> dict:
     gbs = 128
     data, task = _debug_task(data_root, global_batch_size=gbs)
-    windows = data.train_windows(window_seconds=86_400)
-    batches = data.train_window_batches(windows, windows.keys()[-1], global_batch_size=gbs, seed=1)[: steps + 3]
-    loaded = [data.train.get_batch(b) for b in batches]
+    batches = data.train_window_batches(data.train_keys[-1], global_batch_size=gbs)[: steps + 3]
+    loaded = [data.dataset.get_batch(b) for b in batches]
     for step, b in enumerate(loaded[:3]):  # warm-up
         task.train_step(b, StepContext(step=step, lr=None))
     t0 = time.perf_counter()
@@ -219,22 +218,22 @@ def bench_window(data_root: Path, *, step_s: float = 0.15, windows_to_cross: int
     from common.data.loader import StreamingLoader
     from recommendation_v4.data_setup import prepare_data
     from recommendation_v4.model.flavors import FLAVORS
-    from recommendation_v4.run_config import DataConfig
+    from recommendation_v4.run_config import DataConfig, StreamingConfig
 
     info = init_distributed()
     _dataset(data_root, "small")
-    data = prepare_data(config=DataConfig(data_root=str(data_root), dataset="yambda-synthetic-small-seed0", cross_table_rows=50_000),
-                        model_config=FLAVORS["debug"], info=info, seed=1)
-    windows = data.train_windows(window_seconds=86_400)
-    keys = windows.keys()[-windows_to_cross - 1 :]
+    data = prepare_data(config=DataConfig(data_root=str(data_root), dataset="yambda-synthetic-small-seed0",
+                                          cross_table_rows=50_000, min_history=5),
+                        stream=StreamingConfig(), model_config=FLAVORS["debug"], info=info)
+    keys = data.train_keys[-windows_to_cross - 1 :]
 
     def build(key: int) -> list[np.ndarray]:
-        return data.train_window_batches(windows, key, global_batch_size=128, seed=1)[:6]  # a short window
+        return data.train_window_batches(key, global_batch_size=128)[:6]  # a short window
 
     cold_t0 = time.perf_counter()
-    data.train.get_batch(build(keys[0])[0])
+    data.dataset.get_batch(build(keys[0])[0])
     cold = time.perf_counter() - cold_t0
-    loader = StreamingLoader(source=data.train, build_window=build, num_workers=1, seed=1)
+    loader = StreamingLoader(source=data.dataset, build_window=build, num_workers=1, seed=1)
     for i, key in enumerate(keys):
         for _ in loader.iterate(key, next_key=keys[i + 1] if i + 1 < len(keys) else None):
             time.sleep(step_s)
@@ -245,7 +244,7 @@ def bench_window(data_root: Path, *, step_s: float = 0.15, windows_to_cross: int
 
 
 def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
-    """The data half of a holdout evaluation: every batch of the whole test day built and consumed
+    """The data half of a holdout evaluation: every batch of the whole holdout window built and consumed
     with no model, in the trainer process and through one worker (the trainer's
     `DataConfig.eval_num_workers` choices 0 and 1), on `small` at the debug flavor's history and on
     `longhist` at the reference's (4086 events). An evaluation's wall time is at least the model's;
@@ -255,7 +254,7 @@ def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
     from common.data.loader import StreamingLoader
     from recommendation_v4.data_setup import EvalPlan, prepare_data
     from recommendation_v4.model.flavors import FLAVORS
-    from recommendation_v4.run_config import DataConfig
+    from recommendation_v4.run_config import DataConfig, StreamingConfig
 
     info = init_distributed()
     start = EvalPoint(step=0, samples_seen=0, window_key=None, next_window_key=None)
@@ -263,17 +262,16 @@ def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
     for size, flavor in (("small", "debug"), ("longhist", "reference")):
         _dataset(data_root, size)
         data = prepare_data(config=DataConfig(data_root=str(data_root), dataset=f"yambda-synthetic-{size}-seed0",
-                                              cross_table_rows=50_000),
-                            model_config=FLAVORS[flavor], info=info, seed=1)
-        windows = data.train_windows(window_seconds=604_800)
-        plan = EvalPlan(data=data, windows=windows, mode="holdout", batch_size=batch_size, max_samples=0)
+                                              cross_table_rows=50_000, min_history=5),
+                            stream=StreamingConfig(window_seconds=604_800), model_config=FLAVORS[flavor], info=info)
+        plan = EvalPlan(data, mode="holdout", batch_size=batch_size, max_samples=0)
         result: dict = {"history_length": FLAVORS[flavor].history_length, "samples": len(data.eval_indices),
                         "batch_size": batch_size}
         for workers in (0, 1):
             loader = StreamingLoader(source=plan.source, build_window=plan.batches, num_workers=workers, seed=1)
             try:
                 t0 = time.perf_counter()
-                result["batches"] = sum(1 for _ in plan.iterate(loader, start, first_window=windows.keys()[0]))
+                result["batches"] = sum(1 for _ in plan.iterate(loader, start, first_window=data.train_keys[0]))
                 result[f"build_s_{workers}_workers"] = round(time.perf_counter() - t0, 2)
             finally:
                 loader.close()

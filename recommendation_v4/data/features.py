@@ -35,6 +35,7 @@ class CrossFeature:
     name: str
     keys: tuple[str, ...]
     num_embeddings: int  # size in the reference (Yambda-5b) configuration
+    salt: int = 0  # the XXH64 seed of its hash (the reference's YAMBDA_5B_CROSS_SPECS: 0 for all seven)
 
 
 # The seven hashed cross features of the reference, with their reference table sizes.

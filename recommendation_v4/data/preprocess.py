@@ -1,29 +1,30 @@
-"""Raw Yambda parquet -> the memory-mapped processed layout (see processed_format.py).
+"""Raw Yambda parquet -> the reference's preprocessed files (`processed_<size>/`, layout.py).
 
-    python -m recommendation_v4.data.preprocess --dataset-dir DIR [--test-day N]
+    python -m recommendation_v4.data.preprocess --dataset-dir DIR [--size 5b] [--force]
 
-Run it ahead of training for a large dataset (Yambda-5b: about an hour, with a progress bar);
-the trainer then finds the build up to date. The trainer builds a missing or stale one itself
-(rank 0, the other ranks waiting up to `common.RunConfig.data_preparation_timeout_s`) but never
-replaces an up-to-date build of another split: it stops and says so.
+What the reference's `preprocess_public_data.py --dataset yambda-<size>` writes, with its rules:
+event types as the reference's codes (listen 0, like 1, dislike 2, unlike 3, undislike 4); a
+Global Temporal Split from the last timestamp t_max: the test day [t_max - 1 day, t_max), a 30 min
+gap before it, 300 train days before that; test events only of users with train events; the
+train events of each user cut into sessions at gaps of more than 1800 s, one row per
+(uid, session_id) with the events as lists (`train_sessions.parquet`, the input of the
+flat-event cache, cache_build.py); per-user session ids, lengths and running offsets
+(`session_index.parquet`); per-item counts of all train events (`item_popularity.npy`);
+`split_meta.json` with the reference's fields.
 
-As in the reference: a temporal split (train days / a 30 min gap / one test day, by default the
-last day; gap events and anything after the test day are dropped), sessions cut at 1800 s of
-inactivity, item popularity from train listens. Tracks missing from a mapping file get that
-table's reserved id, one past its largest real id (recorded in split_meta.json), so they never
-collide with a real album or artist.
-
-Streams the raw file batch by batch when it is sorted by (uid, timestamp), as Yambda's files
-are; an unsorted file falls back to an in-memory stable sort. `ensure_processed` rebuilds only
-when the processed directory is missing, of another format or split, or built from different
-raw files, and publishes it atomically (staging directory + rename) under a file lock.
+Unlike the reference (which holds the whole log in memory: ~150 GB at 5b), it streams the raw
+file a few million rows at a time when the file is sorted by (uid, timestamp), as Yambda's are,
+keeping whole users together; an unsorted file is sorted in memory (stable: ties keep file
+order). The output is published atomically (staging directory, then a rename) under a file lock,
+and rebuilt only when the raw files changed (`preprocess_sources.json` beside the outputs
+records their fingerprints). A rebuild replaces the whole `processed_<size>/`, flat-event caches
+included: they were built from the old sessions.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -33,305 +34,202 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
-from torch.profiler import record_function
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from recommendation_v4.data import layout, schema
-from recommendation_v4.data import processed_format as fmt
-from recommendation_v4.data.npy_append import NpyAppendWriter
-from recommendation_v4.data.raw_reader import (
-    EventChunk,
-    ItemMapping,
-    load_item_mapping,
-    read_event_chunks,
-    timestamp_range,
-)
+from recommendation_v4.data.raw_reader import event_type_codes, integers, timestamp_range
 
 DEFAULT_BATCH_ROWS = 4_000_000
+SOURCES_FILE = "preprocess_sources.json"
+SECONDS_PER_DAY = 86_400
+# the reference processor's defaults (DLRMYambdaProcessor.__init__)
+TRAIN_DAYS, GAP_MINUTES, TEST_DAYS, SESSION_GAP_SECONDS = 300, 30, 1, 1_800
+
+RAW_COLUMNS = ("uid", "timestamp", "item_id", "is_organic", "played_ratio_pct", "track_length_seconds", "event_type")
+LIST_COLUMNS = (("item_ids", "item_id"), ("timestamps", "timestamp"), ("event_types", "event_type"),
+                ("is_organic", "is_organic"), ("played_ratio_pct", "played_ratio_pct"),
+                ("track_length_seconds", "track_length_seconds"))
+_TYPES = {"uid": pa.uint32(), "timestamp": pa.uint32(), "item_id": pa.uint32(), "is_organic": pa.uint8(),
+          "played_ratio_pct": pa.uint16(), "track_length_seconds": pa.uint32(), "event_type": pa.uint8()}
+SESSIONS_SCHEMA = pa.schema([("uid", pa.uint32()), ("session_id", pa.uint32())]
+                            + [(name, pa.large_list(_TYPES[source])) for name, source in LIST_COLUMNS])
+TEST_EVENTS_SCHEMA = pa.schema([(name, _TYPES[name]) for name in RAW_COLUMNS])
+SESSION_INDEX_SCHEMA = pa.schema([("uid", pa.uint32()), ("session_ids", pa.large_list(pa.uint32())),
+                                  ("session_lens", pa.large_list(pa.uint32())),
+                                  ("session_offsets", pa.large_list(pa.uint32()))])
 
 
-@dataclasses.dataclass(frozen=True)
-class SplitConfig:
-    """Temporal split and sessionisation parameters (the reference's values by default)."""
-
-    day_seconds: int = 86_400
-    gap_seconds: int = 1_800
-    session_gap_seconds: int = 1_800
-    test_day: int | None = None  # day index (timestamp // day_seconds); None: the last day
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitBounds:
-    test_day: int
-    gap_start: int  # train events are strictly before this
-    test_start: int
-    test_end: int  # exclusive
-
-    @classmethod
-    def from_config(cls, config: SplitConfig, *, max_timestamp: int) -> "SplitBounds":
-        test_day = max_timestamp // config.day_seconds if config.test_day is None else config.test_day
-        test_start = test_day * config.day_seconds
-        return cls(test_day=test_day, gap_start=test_start - config.gap_seconds,
-                   test_start=test_start, test_end=test_start + config.day_seconds)
-
-    def keep_mask(self, timestamp: np.ndarray) -> np.ndarray:
-        return (timestamp < self.gap_start) | ((timestamp >= self.test_start) & (timestamp < self.test_end))
+def split_bounds(t_max: int) -> tuple[int, int, int, int]:
+    """(train_start, train_end, test_start, test_end): train [start, end), test [start, end)."""
+    test_end = t_max
+    test_start = test_end - TEST_DAYS * SECONDS_PER_DAY
+    train_end = test_start - GAP_MINUTES * 60
+    return train_end - TRAIN_DAYS * SECONDS_PER_DAY, train_end, test_start, test_end
 
 
 class _UnsortedInput(Exception):
     """The raw events are not sorted by (uid, timestamp); the streaming path cannot be used."""
 
 
-class _ProcessedWriter:
-    """Consumes kept events in (uid, timestamp) order and streams every processed array."""
+def _decoded(table: pa.Table, path: pathlib.Path) -> pa.Table:
+    """The raw columns with the types the outputs have and the event type as the cache's codes."""
+    columns = {}
+    for name in RAW_COLUMNS:
+        column = table.column(name).combine_chunks()
+        if name == "event_type":
+            codes = np.asarray(schema.RAW_TO_CACHE_CODE, dtype=np.uint8)[event_type_codes(column, path=path)]
+            columns[name] = pa.array(codes, pa.uint8())
+        elif name in ("played_ratio_pct", "track_length_seconds"):
+            columns[name] = column.cast(_TYPES[name])  # nulls (non-listens) kept
+        else:
+            columns[name] = pa.array(integers(column, path=path, column=name,
+                                              max_value=np.iinfo(_TYPES[name].to_pandas_dtype()).max),
+                                     _TYPES[name])
+    return pa.table(columns)
 
-    def __init__(self, out_dir: pathlib.Path, *, bounds: SplitBounds, config: SplitConfig,
-                 albums: ItemMapping, artists: ItemMapping) -> None:
-        self.bounds, self.config, self.albums, self.artists = bounds, config, albums, artists
-        (out_dir / fmt.EVENTS_DIR).mkdir(parents=True)
-        self.columns = {
-            c: NpyAppendWriter(out_dir / fmt.EVENTS_DIR / f"{c}.npy", d) for c, d in fmt.EVENT_COLUMNS.items()
-        }
-        self.user_uids = NpyAppendWriter(out_dir / "user_uids.npy", np.uint32)
-        self.user_offsets = NpyAppendWriter(out_dir / "user_offsets.npy", np.int64)
-        self.session_offsets = NpyAppendWriter(out_dir / "session_offsets.npy", np.int64)
-        self.pools = [NpyAppendWriter(out_dir / fmt.pool_rows_file(p), np.int64) for p in range(len(fmt.POOL_NAMES))]
-        self.anchors = {s: NpyAppendWriter(out_dir / fmt.anchor_rows_file(s), np.int64) for s in fmt.SPLITS}
-        self.out_dir = out_dir
-        self.rows = 0
-        self.prev_uid, self.prev_timestamp = -1, 0
+
+def _sorted_blocks(path: pathlib.Path, batch_rows: int, progress: Any) -> Iterator[pa.Table]:
+    """The raw file in (uid, timestamp) order, cut between users (a user's rows never span two
+    blocks); _UnsortedInput at the first row out of order."""
+    carry: pa.Table | None = None
+    last = (-1, -1)
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=list(RAW_COLUMNS)):
+        progress.update(batch.num_rows)
+        table = _decoded(pa.Table.from_batches([batch]), path)
+        if not table.num_rows:
+            continue
+        uid = table.column("uid").to_numpy().astype(np.int64)
+        ts = table.column("timestamp").to_numpy().astype(np.int64)
+        key = (uid << 32) | ts
+        if (uid[0], ts[0]) < last or np.any(key[1:] < key[:-1]):
+            raise _UnsortedInput()
+        last = (int(uid[-1]), int(ts[-1]))
+        block = table if carry is None else pa.concat_tables([carry, table])
+        block_uid = block.column("uid").to_numpy()
+        cut = int(np.searchsorted(block_uid, block_uid[-1], side="left"))
+        if cut:
+            yield block.slice(0, cut)
+        carry = block.slice(cut)
+    if carry is not None and carry.num_rows:
+        yield carry
+
+
+def _sorted_in_memory(path: pathlib.Path, progress: Any) -> Iterator[pa.Table]:
+    table = _decoded(pq.read_table(path, columns=list(RAW_COLUMNS)), path)
+    progress.update(table.num_rows)
+    order = np.lexsort((table.column("timestamp").to_numpy(), table.column("uid").to_numpy()))  # stable
+    yield table.take(pa.array(order))
+
+
+def _large_lists(values: pa.Array, offsets: np.ndarray) -> pa.Array:
+    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values)
+
+
+class _Writers:
+    """The three parquet outputs, written block after block, and the counts for split_meta.json."""
+
+    def __init__(self, out_dir: pathlib.Path, bounds: tuple[int, int, int, int]) -> None:
+        self.bounds = bounds
+        self.sessions = pq.ParquetWriter(out_dir / layout.TRAIN_SESSIONS_FILE, SESSIONS_SCHEMA)
+        self.test = pq.ParquetWriter(out_dir / layout.TEST_EVENTS_FILE, TEST_EVENTS_SCHEMA)
+        self.index = pq.ParquetWriter(out_dir / layout.SESSION_INDEX_FILE, SESSION_INDEX_SCHEMA)
         self.popularity = np.zeros(0, dtype=np.int64)
-        self.max_item = self.max_uid = -1
-        self.unmapped_album_events = self.unmapped_artist_events = 0
-        self.event_type_counts = np.zeros(len(schema.EVENT_TYPE_NAMES), dtype=np.int64)
-        self.null_played_listens = 0
+        self.train_events = self.test_events = self.num_sessions = self.num_users = 0
 
-    def consume(self, events: EventChunk) -> None:
-        if not len(events):
+    def consume(self, block: pa.Table) -> None:
+        train_start, train_end, test_start, test_end = self.bounds
+        ts = block.column("timestamp").to_numpy().astype(np.int64)
+        train = block.filter(pa.array((ts >= train_start) & (ts < train_end)))
+        train_uid = train.column("uid").to_numpy()
+        test_mask = (ts >= test_start) & (ts < test_end) & np.isin(block.column("uid").to_numpy(), train_uid)
+        test = block.filter(pa.array(test_mask))
+        if test.num_rows:
+            self.test.write_table(test.select(list(RAW_COLUMNS)))
+            self.test_events += test.num_rows
+        if not train.num_rows:
             return
-        rows = self.rows + np.arange(len(events), dtype=np.int64)
-        album, album_missing = self.albums.map(events.item_id)
-        artist, artist_missing = self.artists.map(events.item_id)
-        is_listen = events.event_type == schema.LISTEN
-        has_played = events.played_ratio_pct != fmt.PLAYED_NULL
-        listen_plus = is_listen & has_played & (events.played_ratio_pct >= schema.LISTEN_PLUS_MIN_PLAYED_PCT)
-        pool = np.full(len(events), fmt.POOL_NONE, dtype=np.int8)
-        pool[listen_plus] = fmt.POOL_LISTEN_PLUS
-        pool[events.event_type == schema.LIKE] = fmt.POOL_LIKE
-        pool[is_listen & has_played & ~listen_plus] = fmt.POOL_SKIP
-
-        uid = events.uid.astype(np.int64)
-        previous_uid = np.concatenate(([self.prev_uid], uid[:-1]))
-        previous_timestamp = np.concatenate(([self.prev_timestamp], events.timestamp[:-1]))
-        new_user = uid != previous_uid
-        new_session = new_user | (events.timestamp - previous_timestamp > self.config.session_gap_seconds)
-        self.user_offsets.append(rows[new_user])
-        self.user_uids.append(events.uid[new_user])
-        self.session_offsets.append(rows[new_session])
-
-        for p, writer in enumerate(self.pools):
-            writer.append(rows[pool == p])
-        # Listens without a played ratio have no label: they stay as events but anchor nothing.
-        anchor = is_listen & has_played
-        train = events.timestamp < self.bounds.gap_start
-        self.anchors["train"].append(rows[anchor & train])
-        self.anchors["eval"].append(rows[anchor & ~train])
-        train_listen_items = events.item_id[is_listen & train].astype(np.int64)
-        counts = np.bincount(train_listen_items, minlength=self.popularity.size)
+        self.train_events += train.num_rows
+        items = train.column("item_id").to_numpy().astype(np.int64)
+        counts = np.bincount(items, minlength=self.popularity.size)
         counts[: self.popularity.size] += self.popularity
         self.popularity = counts
+        self._sessions(train, train_uid.astype(np.int64))
 
-        for name, values in (("uid", events.uid), ("timestamp", events.timestamp), ("item_id", events.item_id),
-                             ("artist_id", artist), ("album_id", album), ("is_organic", events.is_organic),
-                             ("event_type", events.event_type), ("played_ratio_pct", events.played_ratio_pct),
-                             ("pool", pool)):
-            self.columns[name].append(values)
-        self.rows += len(events)
-        self.prev_uid, self.prev_timestamp = int(uid[-1]), int(events.timestamp[-1])
-        self.max_item = max(self.max_item, int(events.item_id.max()))
-        self.max_uid = max(self.max_uid, int(uid.max()))
-        self.unmapped_album_events += int(album_missing.sum())
-        self.unmapped_artist_events += int(artist_missing.sum())
-        self.event_type_counts += np.bincount(events.event_type, minlength=self.event_type_counts.size)
-        self.null_played_listens += int((is_listen & ~has_played).sum())
+    def _sessions(self, train: pa.Table, uid: np.ndarray) -> None:
+        ts = train.column("timestamp").to_numpy().astype(np.int64)
+        new_user = np.ones(uid.size, dtype=bool)
+        new_user[1:] = uid[1:] != uid[:-1]
+        new_session = new_user.copy()
+        new_session[1:] |= (ts[1:] - ts[:-1]) > SESSION_GAP_SECONDS
+        starts = np.flatnonzero(new_session)
+        offsets = np.append(starts, uid.size)
+        # session ids count up from 0 within each user
+        user_of_session = np.cumsum(new_user[starts]) - 1
+        first_session = np.flatnonzero(new_user[starts])
+        session_id = np.arange(starts.size) - first_session[user_of_session]
+        columns = {"uid": pa.array(uid[starts], pa.uint32()), "session_id": pa.array(session_id, pa.uint32())}
+        for name, source in LIST_COLUMNS:
+            columns[name] = _large_lists(train.column(source).combine_chunks(), offsets)
+        self.sessions.write_table(pa.table(columns, schema=SESSIONS_SCHEMA))
+        self.num_sessions += starts.size
+        lens = np.diff(offsets)
+        user_offsets = np.append(first_session, starts.size)
+        running = np.cumsum(lens) - np.repeat(np.concatenate(([0], np.cumsum(lens)))[first_session], np.diff(user_offsets))
+        self.index.write_table(pa.table({
+            "uid": pa.array(uid[starts][first_session], pa.uint32()),
+            "session_ids": _large_lists(pa.array(session_id, pa.uint32()), user_offsets),
+            "session_lens": _large_lists(pa.array(lens, pa.uint32()), user_offsets),
+            "session_offsets": _large_lists(pa.array(running, pa.uint32()), user_offsets),
+        }, schema=SESSION_INDEX_SCHEMA))
+        self.num_users += first_session.size
 
-    def _writers(self) -> list[NpyAppendWriter]:
-        return [*self.columns.values(), self.user_uids, self.user_offsets, self.session_offsets,
-                *self.pools, *self.anchors.values()]
-
-    def abort(self) -> None:
-        for writer in self._writers():
+    def close(self) -> None:
+        for writer in (self.sessions, self.test, self.index):
             writer.close()
 
-    def finish(self) -> dict[str, Any]:
-        """Close every array; returns the id_rows / reserved ids / counts part of the meta."""
-        self.user_offsets.append(np.array([self.rows]))
-        self.session_offsets.append(np.array([self.rows]))
-        id_rows = {
-            "item_id": max(self.max_item, self.albums.lookup.size - 1, self.artists.lookup.size - 1) + 1,
-            "uid": self.max_uid + 1,
-        }
-        reserved: dict[str, int | None] = {}
-        for table, mapping, unmapped in (("album_id", self.albums, self.unmapped_album_events),
-                                         ("artist_id", self.artists, self.unmapped_artist_events)):
-            reserved[table] = mapping.reserved_id if unmapped else None
-            id_rows[table] = mapping.reserved_id + 1 if unmapped else mapping.max_id + 1
-        popularity = np.zeros(id_rows["item_id"], dtype=np.int64)
-        popularity[: self.popularity.size] = self.popularity
-        np.save(self.out_dir / "item_popularity.npy", popularity)
-        for writer in self._writers():
-            writer.close()
-        counts = {
-            "events": self.rows,
-            "users": self.user_uids.length,
-            "sessions": self.session_offsets.length - 1,
-            "event_types": dict(zip(schema.EVENT_TYPE_NAMES, self.event_type_counts.tolist())),
-            "pools": {name: self.pools[p].length for p, name in enumerate(fmt.POOL_NAMES)},
-            "anchors": {s: self.anchors[s].length for s in fmt.SPLITS},
-            "listens_without_played_ratio": self.null_played_listens,
-            "events_with_unmapped_album": self.unmapped_album_events,
-            "events_with_unmapped_artist": self.unmapped_artist_events,
-            "items_with_several_albums": self.albums.num_items_with_several,
-            "items_with_several_artists": self.artists.num_items_with_several,
-        }
-        return {"id_rows": id_rows, "reserved_ids": reserved, "counts": counts}
 
-
-def _sort_key(events: EventChunk) -> np.ndarray:
-    return (events.uid.astype(np.uint64) << np.uint64(32)) | events.timestamp.astype(np.uint64)
-
-
-def _kept_chunks(
-    path: pathlib.Path, bounds: SplitBounds, batch_rows: int, drops: dict[str, int], progress: Any
-) -> Iterator[EventChunk]:
-    for chunk in read_event_chunks(path, batch_rows=batch_rows):
-        progress.update(len(chunk))
-        drops["gap"] += int(((chunk.timestamp >= bounds.gap_start) & (chunk.timestamp < bounds.test_start)).sum())
-        drops["after_test_day"] += int((chunk.timestamp >= bounds.test_end).sum())
-        yield chunk.select(bounds.keep_mask(chunk.timestamp))
-
-
-def _write_sorted_stream(
-    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int, progress: Any
-) -> dict[str, int]:
-    drops = {"gap": 0, "after_test_day": 0}
-    last_key = np.uint64(0)
-    for chunk in _kept_chunks(path, bounds, batch_rows, drops, progress):
-        if not len(chunk):
-            continue
-        key = _sort_key(chunk)
-        if key[0] < last_key or np.any(key[1:] < key[:-1]):
-            raise _UnsortedInput()
-        last_key = key[-1]
-        with record_function("## preprocess_chunk ##"):
-            writer.consume(chunk)
-    return drops
-
-
-def _write_after_sorting(
-    path: pathlib.Path, writer: _ProcessedWriter, bounds: SplitBounds, batch_rows: int, progress: Any
-) -> dict[str, int]:
-    drops = {"gap": 0, "after_test_day": 0}
-    events = EventChunk.concatenate(list(_kept_chunks(path, bounds, batch_rows, drops, progress)))
-    # lexsort is stable: ties keep file order, as the streaming path does.
-    events = events.select(np.lexsort((events.timestamp, events.uid)))
-    for start in range(0, len(events), batch_rows):
-        writer.consume(events.select(np.arange(start, min(start + batch_rows, len(events)))))
-    return drops
-
-
-def source_fingerprint(dataset_dir: str | pathlib.Path) -> dict[str, dict[str, Any]]:
+def source_fingerprint(dataset_dir: str | pathlib.Path, size: str) -> dict[str, dict[str, Any]]:
     """Size, row count and footer hash of each raw file: any rewrite of a file changes it."""
     fingerprint = {}
-    for name, footer in schema.validate_raw_dataset(dataset_dir).items():
-        path = layout.raw_dir(dataset_dir) / name
-        size = path.stat().st_size
+    for name, footer in schema.validate_raw_dataset(dataset_dir, size).items():
+        path = schema.raw_file_path(dataset_dir, size, name)
+        file_size = path.stat().st_size
         with open(path, "rb") as f:
-            f.seek(size - 8)
+            f.seek(file_size - 8)
             footer_len = int.from_bytes(f.read(4), "little")
-            f.seek(max(size - 8 - footer_len, 0))
+            f.seek(max(file_size - 8 - footer_len, 0))
             digest = hashlib.sha256(f.read(footer_len)).hexdigest()
-        fingerprint[name] = {"size_bytes": size, "num_rows": footer.num_rows, "footer_sha256": digest}
+        fingerprint[name] = {"size_bytes": file_size, "num_rows": footer.num_rows, "footer_sha256": digest}
     return fingerprint
 
 
-def _other_split(meta: dict[str, Any], config: SplitConfig) -> str | None:
-    """How a build's split differs from `config`'s, or None when they select the same events.
-
-    The test day compares resolved: `test_day=None` (the last day) equals the explicit index of
-    that day, as long as the raw files are the ones the build read.
-    """
-    built = meta.get("split_config") or {}
-    for name in ("day_seconds", "gap_seconds", "session_gap_seconds"):
-        if built.get(name) != getattr(config, name):
-            return f"{name} {built.get(name)} (wanted {getattr(config, name)})"
-    split = meta.get("split") or {}
-    wanted = config.test_day if config.test_day is not None else int(split.get("max_timestamp", -1)) // config.day_seconds
-    if split.get("test_day") != wanted:
-        return f"test day {split.get('test_day')} (wanted {wanted})"
-    return None
-
-
-def stale_reason(dataset_dir: str | pathlib.Path, config: SplitConfig = SplitConfig()) -> str | None:
-    """Why the processed directory must be (re)built, or None when it is up to date."""
-    meta_path = layout.processed_dir(dataset_dir) / fmt.META_FILE
-    if not meta_path.is_file():
+def stale_reason(dataset_dir: str | pathlib.Path, size: str) -> str | None:
+    """Why processed_<size>/ must be (re)built from the raw files, or None when it is up to date."""
+    processed = pathlib.Path(layout.processed_dir(dataset_dir, size))
+    sources = processed / SOURCES_FILE
+    if not (processed / layout.TRAIN_SESSIONS_FILE).is_file() or not sources.is_file():
         return "not built yet"
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format_version") != fmt.FORMAT_VERSION:
-        return f"format version {meta.get('format_version')} != {fmt.FORMAT_VERSION}"
-    if meta.get("sources") != source_fingerprint(dataset_dir):
+    if json.loads(sources.read_text()) != source_fingerprint(dataset_dir, size):
         return "raw files changed since the last build"
-    other = _other_split(meta, config)
-    if other is not None:
-        return f"built with another split: {other}"
     return None
-
-
-def published_other_split(processed_dir: Any, config: SplitConfig) -> str | None:
-    """How the split of processed data in an object store (an ObjectPath) differs from `config`'s,
-    or None. There are no raw files beside it to compare with: the build is taken as it is. A
-    missing split_meta.json is the DatasetError that says how to publish one."""
-    return _other_split(fmt.read_meta(processed_dir), config)
-
-
-def other_split(dataset_dir: str | pathlib.Path, config: SplitConfig) -> str | None:
-    """When an up-to-date build of these raw files exists with a split other than `config`'s, how
-    it differs (a trainer refuses to replace a build someone made on purpose); else None."""
-    meta_path = layout.processed_dir(dataset_dir) / fmt.META_FILE
-    if not meta_path.is_file():
-        return None
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format_version") != fmt.FORMAT_VERSION or meta.get("sources") != source_fingerprint(dataset_dir):
-        return None  # stale anyway: rebuilt whatever its split
-    return _other_split(meta, config)
 
 
 @contextlib.contextmanager
-def _build_lock(dataset_dir: pathlib.Path) -> Iterator[None]:
-    """Serialises builds of one dataset directory across processes (ranks, CLI runs)."""
-    with open(dataset_dir / ".processed.lock", "w") as lock:
+def build_lock(dataset_dir: pathlib.Path, size: str) -> Iterator[None]:
+    """Serialises builds of one dataset's processed_<size>/ across processes (ranks, CLI runs)."""
+    name = pathlib.Path(layout.processed_dir(dataset_dir, size)).name
+    with open(dataset_dir / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # Holding the lock, any staging or retired directory is a dead build's leftover.
-        for leftover in [*dataset_dir.glob(f".{layout.PROCESSED_DIR}.staging-*"),
-                         *dataset_dir.glob(f".{layout.PROCESSED_DIR}.retired-*")]:
+        for leftover in [*dataset_dir.glob(f".{name}.staging-*"), *dataset_dir.glob(f".{name}.retired-*")]:
             shutil.rmtree(leftover, ignore_errors=True)
         yield
-
-
-def build_processed(dataset_dir: str | pathlib.Path, *, config: SplitConfig = SplitConfig(),
-                    batch_rows: int = DEFAULT_BATCH_ROWS, progress: bool = False) -> pathlib.Path:
-    """Build `<dataset_dir>/processed/` from the raw files, replacing any previous build.
-
-    `progress`: a progress bar over the raw rows on stderr (for files of PROGRESS_MIN_ROWS or more).
-    """
-    dataset_dir = pathlib.Path(dataset_dir)
-    schema.validate_raw_dataset(dataset_dir)
-    with _build_lock(dataset_dir):
-        return _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows, progress=progress)
 
 
 # below this many raw rows a build takes seconds: no progress bar
@@ -346,55 +244,40 @@ def _progress_bar(total_rows: int, *, name: str, enabled: bool) -> tqdm:
                 dynamic_ncols=interactive)
 
 
-def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_rows: int,
-                    progress: bool = False) -> pathlib.Path:
+def _build_unlocked(dataset_dir: pathlib.Path, size: str, *, batch_rows: int, progress: bool) -> pathlib.Path:
     started = time.monotonic()
-    sources = source_fingerprint(dataset_dir)
-    total_rows = int(sources[layout.MULTI_EVENT_FILE]["num_rows"])
-    raw = layout.raw_dir(dataset_dir)
-    event_path = raw / layout.MULTI_EVENT_FILE
-    min_ts, max_ts = timestamp_range(event_path, batch_rows=batch_rows)
-    bounds = SplitBounds.from_config(config, max_timestamp=max_ts)
-    albums = load_item_mapping(raw / layout.ALBUM_MAPPING_FILE, group_column="album_id")
-    artists = load_item_mapping(raw / layout.ARTIST_MAPPING_FILE, group_column="artist_id")
-
-    staging = dataset_dir / f".{layout.PROCESSED_DIR}.staging-{os.getpid()}"
+    sources = source_fingerprint(dataset_dir, size)
+    event_path = pathlib.Path(layout.multi_event_path(dataset_dir, size))
+    t_min, t_max = timestamp_range(event_path, batch_rows=batch_rows)
+    bounds = split_bounds(t_max)
+    final = pathlib.Path(layout.processed_dir(dataset_dir, size))
+    staging = dataset_dir / f".{final.name}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    sorted_input = True
-    with _progress_bar(total_rows, name=dataset_dir.name, enabled=progress) as bar:
+    with _progress_bar(sources[layout.MULTI_EVENT_FILE]["num_rows"], name=dataset_dir.name, enabled=progress) as bar:
+        sorted_input = True
         try:
-            writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
-            drops = _write_sorted_stream(event_path, writer, bounds, batch_rows, bar)
+            writers = _write_all(staging, bounds, _sorted_blocks(event_path, batch_rows, bar))
         except _UnsortedInput:
             sorted_input = False
-            writer.abort()
-            shutil.rmtree(staging)
             bar.reset()
             bar.set_description(f"preprocess {dataset_dir.name} (unsorted: read into memory)")
-            writer = _ProcessedWriter(staging, bounds=bounds, config=config, albums=albums, artists=artists)
-            drops = _write_after_sorting(event_path, writer, bounds, batch_rows, bar)
-    summary = writer.finish()
-    if summary["counts"]["anchors"]["train"] == 0 or summary["counts"]["anchors"]["eval"] == 0:
+            writers = _write_all(staging, bounds, _sorted_in_memory(event_path, bar))
+    if writers.train_events == 0:
         shutil.rmtree(staging)
-        raise schema.DatasetError(
-            f"{event_path}: the split {dataclasses.asdict(bounds)} leaves "
-            f"{summary['counts']['anchors']} listen anchors; both splits need some"
-        )
-    summary["counts"].update(dropped_gap_events=drops["gap"], dropped_after_test_day=drops["after_test_day"])
-    meta = {
-        "format_version": fmt.FORMAT_VERSION,
-        "split_config": dataclasses.asdict(config),
-        "split": {**dataclasses.asdict(bounds), "min_timestamp": min_ts, "max_timestamp": max_ts,
-                  "day_seconds": config.day_seconds, "num_train_days": bounds.test_day},
-        **summary,
-        "columns": {c: d.str for c, d in fmt.EVENT_COLUMNS.items()},
-        "sources": sources,
-        "build": {"sorted_input": sorted_input, "seconds": round(time.monotonic() - started, 3)},
-    }
-    # The meta file is written last: a staging dir without it is never mistaken for a build.
-    (staging / fmt.META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    final = layout.processed_dir(dataset_dir)
-    retired = dataset_dir / f".{layout.PROCESSED_DIR}.retired-{os.getpid()}"
+        raise schema.DatasetError(f"{event_path}: no event falls in the train days {bounds[:2]} of the split")
+    np.save(staging / layout.ITEM_POPULARITY_FILE, _vocabulary_sized(writers.popularity, dataset_dir))
+    train_start, train_end, test_start, test_end = bounds
+    meta = {"size": size, "t_min": t_min, "t_max": t_max, "train_start": train_start, "train_end": train_end,
+            "test_start": test_start, "test_end": test_end, "train_days": TRAIN_DAYS, "gap_minutes": GAP_MINUTES,
+            "test_days": TEST_DAYS, "session_gap_seconds": SESSION_GAP_SECONDS,
+            "num_train_events": writers.train_events, "num_test_events": writers.test_events,
+            "num_sessions": writers.num_sessions, "num_users": writers.num_users}
+    with open(staging / layout.SPLIT_META_FILE, "w") as handle:
+        json.dump(meta, handle, indent=2)
+    # written last: a staging directory without it is never mistaken for a build
+    (staging / SOURCES_FILE).write_text(json.dumps({**sources, "_build": {
+        "sorted_input": sorted_input, "seconds": round(time.monotonic() - started, 3)}}, indent=1, sort_keys=True))
+    retired = dataset_dir / f".{final.name}.retired-{os.getpid()}"
     if final.exists():
         os.replace(final, retired)
     os.replace(staging, final)
@@ -402,47 +285,92 @@ def _build_unlocked(dataset_dir: pathlib.Path, *, config: SplitConfig, batch_row
     return final
 
 
-def ensure_processed(dataset_dir: str | pathlib.Path, *, config: SplitConfig = SplitConfig(),
-                     batch_rows: int = DEFAULT_BATCH_ROWS, progress: bool = False,
-                     announce: Any = None) -> pathlib.Path:
-    """The processed directory, built first if missing or stale; safe to call from many ranks.
+def _vocabulary_sized(popularity: np.ndarray, dataset_dir: pathlib.Path) -> np.ndarray:
+    """Popularity over the whole item vocabulary: the reference sizes it by the largest train item
+    and its dataset refuses one whose length is not the mappings' vocabulary (largest mapped item
+    + 1), which on Yambda are the same; here a vocabulary item no train event played still counts
+    (0), so a synthetic dataset whose rarest tracks were never played passes the same check."""
+    vocabulary = 0
+    for name in layout.MAPPING_FILES:
+        path = pathlib.Path(layout.shared_metadata_dir(dataset_dir)) / name
+        items = pq.read_table(path, columns=["item_id"]).column("item_id")
+        if len(items):
+            vocabulary = max(vocabulary, int(pa.compute.max(items).as_py()) + 1)
+    if vocabulary <= popularity.size:
+        return popularity
+    return np.concatenate([popularity, np.zeros(vocabulary - popularity.size, dtype=popularity.dtype)])
 
-    `announce(reason)` is called before a build starts (a trainer says why it waits).
-    """
+
+def _write_all(staging: pathlib.Path, bounds: tuple[int, int, int, int], blocks: Iterator[pa.Table]) -> _Writers:
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    writers = _Writers(staging, bounds)
+    try:
+        for block in blocks:
+            writers.consume(block)
+    finally:
+        writers.close()
+    return writers
+
+
+def build_processed(dataset_dir: str | pathlib.Path, size: str, *, batch_rows: int = DEFAULT_BATCH_ROWS,
+                    progress: bool = False) -> pathlib.Path:
+    """Build `<dataset_dir>/processed_<size>/` from the raw files, replacing any previous build."""
     dataset_dir = pathlib.Path(dataset_dir)
-    schema.validate_raw_dataset(dataset_dir)
-    with _build_lock(dataset_dir):  # the first caller builds, the others wait and reuse it
-        reason = stale_reason(dataset_dir, config)
+    schema.validate_raw_dataset(dataset_dir, size)
+    with build_lock(dataset_dir, size):
+        return _build_unlocked(dataset_dir, size, batch_rows=batch_rows, progress=progress)
+
+
+def ensure_processed(dataset_dir: str | pathlib.Path, size: str, *, batch_rows: int = DEFAULT_BATCH_ROWS,
+                     progress: bool = False, announce: Callable[[str], None] | None = None) -> pathlib.Path:
+    """processed_<size>/, built first if missing or stale; safe to call from many ranks.
+    `announce(reason)` is called before a build starts (a trainer says why it waits)."""
+    dataset_dir = pathlib.Path(dataset_dir)
+    schema.validate_raw_dataset(dataset_dir, size)
+    with build_lock(dataset_dir, size):  # the first caller builds, the others wait and reuse it
+        reason = stale_reason(dataset_dir, size)
         if reason is not None:
             if announce is not None:
                 announce(reason)
-            _build_unlocked(dataset_dir, config=config, batch_rows=batch_rows, progress=progress)
-    return layout.processed_dir(dataset_dir)
+            _build_unlocked(dataset_dir, size, batch_rows=batch_rows, progress=progress)
+    return pathlib.Path(layout.processed_dir(dataset_dir, size))
+
+
+def read_split_meta(processed_dir: pathlib.Path) -> dict[str, Any]:
+    path = processed_dir / layout.SPLIT_META_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise schema.DatasetError(f"{path} missing: preprocess the dataset first "
+                                  f"(python -m recommendation_v4.data.preprocess --dataset-dir {processed_dir.parent})") from None
+    except ValueError as error:
+        raise schema.DatasetError(f"{path}: not JSON ({error})") from error
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Preprocess a Yambda dataset directory.")
+    parser = argparse.ArgumentParser(description="Preprocess a Yambda dataset directory (the reference's layout).")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
-    parser.add_argument("--test-day", type=int, default=None, help="day index of the test day (default: last)")
+    parser.add_argument("--size", default=None, help="50m, 500m, 5b or a synthetic size (default: the one raw/ holds)")
     parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    config = SplitConfig(test_day=args.test_day)
     progress = not args.no_progress
     try:
+        size = args.size or layout.find_size(args.dataset_dir)
         if args.force:
-            build_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows, progress=progress)
+            build_processed(args.dataset_dir, size, batch_rows=args.batch_rows, progress=progress)
+            print("processed (forced)")
         else:
-            has_raw = layout.raw_dir(args.dataset_dir).is_dir()
-            reason = stale_reason(args.dataset_dir, config) if has_raw else "raw missing"
-            ensure_processed(args.dataset_dir, config=config, batch_rows=args.batch_rows, progress=progress)
+            reason = stale_reason(args.dataset_dir, size)
+            ensure_processed(args.dataset_dir, size, batch_rows=args.batch_rows, progress=progress)
             print(f"processed ({reason})" if reason else "already up to date")
-    except schema.DatasetError as err:
+        meta = read_split_meta(pathlib.Path(layout.processed_dir(args.dataset_dir, size)))
+    except (schema.DatasetError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    meta = fmt.read_meta(layout.processed_dir(args.dataset_dir))
-    print(json.dumps({k: meta[k] for k in ("split", "counts", "id_rows")}, indent=2))
+    print(json.dumps(meta, indent=2))
     return 0
 
 

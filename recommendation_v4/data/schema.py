@@ -33,6 +33,14 @@ LIKE = EVENT_CODES["like"]
 UNDISLIKE = EVENT_CODES["undislike"]
 UNLIKE = EVENT_CODES["unlike"]
 
+# The event codes of the processed data and the flat-event cache: the reference's
+# (preprocess_public_data.py EVENT_TYPE_MAP), not the raw enum's order above.
+CACHE_EVENT_CODES: dict[str, int] = {"listen": 0, "like": 1, "dislike": 2, "unlike": 3, "undislike": 4}
+CACHE_LISTEN = CACHE_EVENT_CODES["listen"]
+CACHE_LIKE = CACHE_EVENT_CODES["like"]
+# raw code (EVENT_TYPE_NAMES order) -> cache code
+RAW_TO_CACHE_CODE = tuple(CACHE_EVENT_CODES[name] for name in EVENT_TYPE_NAMES)
+
 # listen_plus: a listen played to at least half the track (the reference's label and pool rule).
 LISTEN_PLUS_MIN_PLAYED_PCT = 50
 # Yambda bins timestamps to 5 s.
@@ -108,11 +116,20 @@ ARTIST_MAPPING_COLUMNS: tuple[ColumnSpec, ...] = (
     _integer_column("item_id", pa.uint32()),
 )
 
+# file -> (where it lives: "raw" or "shared_metadata", its columns)
 RAW_FILE_COLUMNS: dict[str, tuple[ColumnSpec, ...]] = {
     layout.MULTI_EVENT_FILE: MULTI_EVENT_COLUMNS,
     layout.ALBUM_MAPPING_FILE: ALBUM_MAPPING_COLUMNS,
     layout.ARTIST_MAPPING_FILE: ARTIST_MAPPING_COLUMNS,
 }
+
+
+def raw_file_path(dataset_dir: str | pathlib.Path, size: str, name: str) -> pathlib.Path:
+    """Where raw file `name` of a dataset lives: the event log under raw/<size>/, the mappings
+    under shared_metadata/ (the reference's tree)."""
+    if name == layout.MULTI_EVENT_FILE:
+        return pathlib.Path(layout.multi_event_path(dataset_dir, size))
+    return pathlib.Path(layout.shared_metadata_dir(dataset_dir)) / name
 
 
 def arrow_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:
@@ -152,15 +169,18 @@ def validate_parquet_file(path: pathlib.Path, columns: Sequence[ColumnSpec]) -> 
     return parquet_file.metadata
 
 
-def validate_raw_dataset(dataset_dir: str | pathlib.Path) -> dict[str, pq.FileMetaData]:
+def validate_raw_dataset(dataset_dir: str | pathlib.Path, size: str) -> dict[str, pq.FileMetaData]:
     """Validate the three raw files of a dataset directory; returns their parquet footers."""
     dataset_dir = pathlib.Path(dataset_dir)
     if not dataset_dir.is_dir():
         raise DatasetError(f"dataset directory {dataset_dir} does not exist: {_how_to_get(dataset_dir)}")
-    raw_dir = layout.raw_dir(dataset_dir)
-    return {
-        name: validate_parquet_file(raw_dir / name, columns) for name, columns in RAW_FILE_COLUMNS.items()
-    }
+    footers = {}
+    for name, columns in RAW_FILE_COLUMNS.items():
+        path = raw_file_path(dataset_dir, size, name)
+        if not path.is_file():
+            raise DatasetError(f"missing dataset file {path}: {_how_to_get(dataset_dir)}")
+        footers[name] = validate_parquet_file(path, columns)
+    return footers
 
 
 def iter_record_batches(
@@ -174,6 +194,7 @@ def iter_record_batches(
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Validate a Yambda dataset directory (raw files).")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--size", default=None, help="the dataset's size (default: the one raw/ holds)")
     parser.add_argument(
         "--read-rows",
         type=int,
@@ -182,14 +203,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        footers = validate_raw_dataset(args.dataset_dir)
+        size = args.size or layout.find_size(args.dataset_dir)
+        footers = validate_raw_dataset(args.dataset_dir, size)
         for name, footer in footers.items():
-            path = layout.raw_dir(args.dataset_dir) / name
+            path = raw_file_path(args.dataset_dir, size, name)
             if args.read_rows > 0 and footer.num_rows > 0:
                 next(iter_record_batches(path, columns=pq.ParquetFile(path).schema_arrow.names,
                                          batch_rows=args.read_rows))
             print(f"ok {path}: {footer.num_rows} rows, {footer.num_row_groups} row groups")
-    except DatasetError as err:
+    except (DatasetError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

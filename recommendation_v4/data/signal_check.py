@@ -1,11 +1,13 @@
-"""Reference AUCs on a processed dataset's eval anchors, to read a model's AUC against.
+"""Reference AUCs on the anchors of a flat-event cache's last window (the holdout window a trainer
+evaluates on by default), to read a model's AUC against.
 
-- popularity: each item's smoothed listen_plus rate on the train anchors (no personalisation);
-  any model worth its embeddings must beat it.
+- popularity: each item's smoothed listen_plus rate on the earlier windows' anchors (no
+  personalisation); any model worth its embeddings must beat it.
 - oracle (synthetic data only): the planted listen_plus logit from the true latent factors;
   the best any model can do, up to label noise.
 
-    python -m recommendation_v4.data.signal_check --dataset-dir DIR
+    python -m recommendation_v4.data.signal_check --dataset-dir DIR --history-length 60 --min-history 5 \
+        [--window-seconds 604800]
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recommendation_v4.data import layout, schema
-from recommendation_v4.data import processed_format as fmt
+from recommendation_v4.data import cache_build, layout, schema
+from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data.synthetic import FACTOR_DIM, TRUTH_COEFFICIENTS_FILE
 
 # Pseudo-count pulling rarely played items toward the global rate.
@@ -53,11 +55,10 @@ class ReferenceAUCs:
     eval_positive_rate: float
 
 
-def _anchor_columns(data: fmt.ProcessedData, split: str) -> dict[str, np.ndarray]:
-    rows = np.asarray(data.anchor_rows[split], dtype=np.int64)
-    columns = {name: np.asarray(data.events[name][rows], dtype=np.int64)
-               for name in ("uid", "item_id", "is_organic", "played_ratio_pct")}
-    columns["label"] = columns.pop("played_ratio_pct") >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
+def _anchor_columns(cache: cf.FlatEventCache, positions: np.ndarray) -> dict[str, np.ndarray]:
+    columns = {name: np.asarray(cache.columns[column][positions], dtype=np.int64)
+               for name, column in (("uid", "flat_uid"), ("item_id", "flat_item_ids"), ("is_organic", "flat_is_organic"))}
+    columns["label"] = np.asarray(cache.columns["flat_played_ratio"][positions]) >= schema.LISTEN_PLUS_MIN_PLAYED_PCT
     return columns
 
 
@@ -80,12 +81,22 @@ def oracle_logits(dataset_dir: pathlib.Path, *, uid: np.ndarray, item_id: np.nda
     )
 
 
-def reference_aucs(dataset_dir: str | pathlib.Path) -> ReferenceAUCs:
-    """Popularity (and, for synthetic data, oracle) AUC on the eval anchors of a processed dataset."""
+def reference_aucs(dataset_dir: str | pathlib.Path, *, history_length: int, min_history: int,
+                   window_seconds: int = 86_400, size: str | None = None) -> ReferenceAUCs:
+    """Popularity (and, for synthetic data, oracle) AUC on the last window's anchors."""
     dataset_dir = pathlib.Path(dataset_dir)
-    data = fmt.ProcessedData.open(layout.processed_dir(dataset_dir))
-    train, evaluation = _anchor_columns(data, "train"), _anchor_columns(data, "eval")
-    num_items = data.id_rows["item_id"]
+    size = size or layout.find_size(dataset_dir)
+    cache_dir = cache_build.build_cache(pathlib.Path(layout.processed_dir(dataset_dir, size)), history_length)
+    cache_build.ensure_positions(cache_dir, history_length, min_history)
+    cache_build.ensure_anchor_ts(cache_dir, history_length, min_history)
+    cache = cf.FlatEventCache.open(cache_dir)
+    positions = np.asarray(cache.load_per_anchor(cf.positions_file(history_length, min_history)))
+    anchor_ts = np.asarray(cache.load_per_anchor(cf.anchor_ts_file(history_length, min_history)))
+    t_min, t_max = int(anchor_ts.min()), int(anchor_ts.max())
+    last_window_start = t_min + ((t_max - t_min) // window_seconds) * window_seconds
+    held_out = anchor_ts >= last_window_start
+    train, evaluation = _anchor_columns(cache, positions[~held_out]), _anchor_columns(cache, positions[held_out])
+    num_items = int(max(train["item_id"].max(initial=0), evaluation["item_id"].max(initial=0))) + 1
     plays = np.bincount(train["item_id"], minlength=num_items)
     wins = np.bincount(train["item_id"], weights=train["label"], minlength=num_items)
     prior = float(train["label"].mean())
@@ -101,12 +112,18 @@ def reference_aucs(dataset_dir: str | pathlib.Path) -> ReferenceAUCs:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Reference AUCs of a processed Yambda dataset.")
+    parser = argparse.ArgumentParser(description="Reference AUCs of a Yambda dataset's last window.")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--size", default=None)
+    parser.add_argument("--history-length", type=int, default=60)
+    parser.add_argument("--min-history", type=int, default=5)
+    parser.add_argument("--window-seconds", type=int, default=86_400)
     args = parser.parse_args(argv)
     try:
-        print(json.dumps(dataclasses.asdict(reference_aucs(args.dataset_dir)), indent=2))
-    except schema.DatasetError as err:
+        print(json.dumps(dataclasses.asdict(reference_aucs(
+            args.dataset_dir, history_length=args.history_length, min_history=args.min_history,
+            window_seconds=args.window_seconds, size=args.size)), indent=2))
+    except (schema.DatasetError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

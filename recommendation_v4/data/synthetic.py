@@ -122,10 +122,14 @@ def _build_catalog(size: SyntheticSize, rng: np.random.Generator) -> _Catalog:
         + np.sqrt(1.0 - ARTIST_FACTOR_SHARE**2) * noise
     )
     track_length = np.clip(np.exp(rng.normal(np.log(200.0), 0.35, num_items)), 30, 900).round()
+    item_mapped = rng.random(num_items) >= size.unmapped_item_fraction
+    # the mappings define the item vocabulary (the reference sizes it from their largest item id and
+    # refuses an item_popularity.npy of another length): the largest id is always mapped
+    item_mapped[-1] = True
     return _Catalog(
         item_album=by_id_album,
         item_artist=by_id_artist,
-        item_mapped=rng.random(num_items) >= size.unmapped_item_fraction,
+        item_mapped=item_mapped,
         item_cdf=cdf,
         track_length=track_length,
         item_factors=item_factors.astype(np.float32),
@@ -738,37 +742,46 @@ class SyntheticPlan:
 
     def finalize(self, out_dir: pathlib.Path) -> str:
         catalog, users = self.world
-        raw_dir, truth_dir = layout.raw_dir(out_dir), layout.synthetic_truth_dir(out_dir)
+        size = self.size_name
+        raw_dir, truth_dir = pathlib.Path(layout.raw_dir(out_dir, size)), layout.synthetic_truth_dir(out_dir)
+        metadata_dir = pathlib.Path(layout.shared_metadata_dir(out_dir))
         # Written beside the final paths and renamed at the end: a crash never leaves a raw/ dir
         # that looks complete.
         staging = out_dir / f".synthetic-staging-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
-        (staging / layout.RAW_DIR).mkdir(parents=True)
+        (staging / "raw").mkdir(parents=True)
+        (staging / "metadata").mkdir()
         event_schema = schema.arrow_schema(schema.MULTI_EVENT_COLUMNS)
         events = 0
-        with _event_log_writer(staging / layout.RAW_DIR / layout.MULTI_EVENT_FILE, self.content) as writer:
+        with _event_log_writer(staging / "raw" / layout.MULTI_EVENT_FILE, self.content) as writer:
             for job in self.jobs():  # chunk order: the bytes of one writer taking the chunks in turn
                 table = pq.read_table(out_dir / job.relpath, schema=event_schema)
                 writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
                 events += table.num_rows
         pq.write_table(_mapping_table(catalog.item_album, catalog.item_mapped, schema.ALBUM_MAPPING_COLUMNS),
-                       staging / layout.RAW_DIR / layout.ALBUM_MAPPING_FILE, compression="lz4")
+                       staging / "metadata" / layout.ALBUM_MAPPING_FILE, compression="lz4")
         pq.write_table(_mapping_table(catalog.item_artist, catalog.item_mapped, schema.ARTIST_MAPPING_COLUMNS),
-                       staging / layout.RAW_DIR / layout.ARTIST_MAPPING_FILE, compression="lz4")
+                       staging / "metadata" / layout.ARTIST_MAPPING_FILE, compression="lz4")
         _write_truth(staging / layout.SYNTHETIC_TRUTH_DIR, users=users, catalog=catalog,
                      coefficients=self.coefficients, size_name=self.size_name, seed=self.seed, content=self.content)
-        for final in (raw_dir, truth_dir, layout.processed_dir(out_dir)):
+        for final in (raw_dir, metadata_dir, truth_dir, pathlib.Path(layout.processed_dir(out_dir, size))):
             shutil.rmtree(final, ignore_errors=True)
-        os.replace(staging / layout.RAW_DIR, raw_dir)
+        raw_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / "raw", raw_dir)
+        os.replace(staging / "metadata", metadata_dir)
         os.replace(staging / layout.SYNTHETIC_TRUTH_DIR, truth_dir)  # last: marks the dataset complete
         staging.rmdir()
         shutil.rmtree(out_dir / PARTS_DIR, ignore_errors=True)
-        size = (raw_dir / layout.MULTI_EVENT_FILE).stat().st_size
-        return f"{raw_dir / layout.MULTI_EVENT_FILE}: {events:,} events, {size / 1e6:,.1f} MB; mappings and truth"
+        nbytes = (raw_dir / layout.MULTI_EVENT_FILE).stat().st_size
+        return f"{raw_dir / layout.MULTI_EVENT_FILE}: {events:,} events, {nbytes / 1e6:,.1f} MB; mappings and truth"
 
     def is_complete(self, out_dir: pathlib.Path) -> bool:
-        truth = layout.synthetic_truth_dir(out_dir) / TRUTH_COEFFICIENTS_FILE
-        return truth.is_file() and all((layout.raw_dir(out_dir) / f).is_file() for f in layout.RAW_FILES)
+        return _is_complete(out_dir, self.size_name)
+
+
+def _is_complete(out_dir: pathlib.Path, size: str) -> bool:
+    truth = layout.synthetic_truth_dir(out_dir) / TRUTH_COEFFICIENTS_FILE
+    return truth.is_file() and all(schema.raw_file_path(out_dir, size, f).is_file() for f in schema.RAW_FILE_COLUMNS)
 
 
 def generate(
@@ -776,21 +789,23 @@ def generate(
     coefficients: SignalCoefficients | None = None, workers: int = 1, progress: bool = False,
     content: str = LEARNABLE,
 ) -> pathlib.Path:
-    """Write `<out_dir>/raw/*.parquet` and `<out_dir>/synthetic_truth/`; returns out_dir."""
+    """Write `<out_dir>/raw/<size>/multi_event.parquet`, the mappings in `<out_dir>/shared_metadata/`
+    and `<out_dir>/synthetic_truth/`; returns out_dir."""
     out_dir = pathlib.Path(out_dir)
     plan = SyntheticPlan(size, get_size(size), seed=seed, coefficients=coefficients, content=content)
-    _clear(out_dir, overwrite=overwrite)
+    _clear(out_dir, size=size, overwrite=overwrite)
     generation.generate(plan, out_dir, workers=workers, progress=progress, overwrite=overwrite,
                         log=(lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None))
     return out_dir
 
 
-def _clear(out_dir: pathlib.Path, *, overwrite: bool) -> None:
-    raw_dir = layout.raw_dir(out_dir)
+def _clear(out_dir: pathlib.Path, *, size: str, overwrite: bool) -> None:
+    raw_dir = pathlib.Path(layout.raw_dir(out_dir, size))
     if raw_dir.exists() and not overwrite:
         raise FileExistsError(f"{raw_dir} already exists; pass overwrite=True (--overwrite) to replace it")
     if overwrite:
-        for directory in (raw_dir, layout.synthetic_truth_dir(out_dir), out_dir / PARTS_DIR):
+        for directory in (raw_dir, pathlib.Path(layout.shared_metadata_dir(out_dir)), layout.synthetic_truth_dir(out_dir),
+                          out_dir / PARTS_DIR):
             shutil.rmtree(directory, ignore_errors=True)
         (out_dir / generation.PLAN_FILE).unlink(missing_ok=True)
 
@@ -798,9 +813,8 @@ def _clear(out_dir: pathlib.Path, *, overwrite: bool) -> None:
 def ensure_synthetic(out_dir: str | pathlib.Path, *, size: str, seed: int, content: str = LEARNABLE) -> pathlib.Path:
     """Generate the dataset unless a complete one for the same size, seed and content is already there."""
     out_dir = pathlib.Path(out_dir)
-    truth = layout.synthetic_truth_dir(out_dir) / TRUTH_COEFFICIENTS_FILE
-    if truth.is_file() and all((layout.raw_dir(out_dir) / f).is_file() for f in layout.RAW_FILES):
-        meta = json.loads(truth.read_text())
+    if _is_complete(out_dir, size):
+        meta = json.loads((layout.synthetic_truth_dir(out_dir) / TRUTH_COEFFICIENTS_FILE).read_text())
         if meta.get("size") == size and meta.get("seed") == seed and meta.get("content", LEARNABLE) == content:
             return out_dir
     return generate(out_dir, size=size, seed=seed, overwrite=True, content=content)
@@ -814,6 +828,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
             for name, config in SYNTHETIC_SIZES.items()]) + "\n(DLRM-HSTU's training samples are the users' events; "
         "--num-train sets the number of users, --num-validation has no meaning here)")
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
+    parser.add_argument("--cache", action="append", default=[], type=_cache_spec, metavar="L[:MIN_HISTORY]",
+                        help="after generating, preprocess and build the flat-event cache of history length L (anchors "
+                             "with at least MIN_HISTORY earlier events, default L), as a trainer's first run would; "
+                             "repeatable. A dataset written to s3:// needs the caches its trainers read")
     args = parser.parse_args(argv)
     config = get_size(args.size)
     if args.num_train is not None:
@@ -826,22 +844,47 @@ def _main(argv: Sequence[str] | None = None) -> int:
     data_root = args.data_root or pathlib.Path(os.environ.get("MLPERF_DATA_ROOT", "data"))
     out = args.out or layout.default_dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed,
                                                                                           args.content))
-    if generation_to_objects.writes_to_objects(args):  # what a trainer reading it needs: raw and processed
-        from recommendation_v4.data.preprocess import ensure_processed
-
-        return generation_to_objects.generate_to_objects(
-            _main, argv, args, after=lambda staging: ensure_processed(staging, progress=not args.no_progress))
+    if generation_to_objects.writes_to_objects(args):  # the staging run builds the --cache caches a trainer reads
+        return generation_to_objects.generate_to_objects(_main, argv, args)
     plan = SyntheticPlan(args.size, config, seed=args.seed, content=args.content)
     try:
         if not (args.dry_run or args.finalize):
             if args.overwrite and args.shard.count > 1:
                 raise FileExistsError("--overwrite replaces the whole dataset: run it once without --shard, or give "
                                       "each generation its own --out")
-            _clear(out, overwrite=args.overwrite)
-        return generation.run_command(plan, out, args)
+            _clear(out, size=args.size, overwrite=args.overwrite)
+        code = generation.run_command(plan, out, args)
+        if code == 0 and args.cache and not (args.dry_run or args.no_finalize or args.shard.count > 1):
+            build_caches(pathlib.Path(out), args.size, args.cache, progress=not args.no_progress)
+        return code
     except (FileExistsError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _cache_spec(text: str) -> tuple[int, int]:
+    length, _, floor = text.partition(":")
+    try:
+        history_length = int(length)
+        min_history = int(floor) if floor else history_length
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cache {text!r}: L or L:MIN_HISTORY, two integers") from None
+    if history_length < 3 or min_history < 0:
+        raise argparse.ArgumentTypeError(f"--cache {text!r}: L >= 3 and MIN_HISTORY >= 0")
+    return history_length, min_history
+
+
+def build_caches(out_dir: pathlib.Path, size: str, caches: Sequence[tuple[int, int]], *, progress: bool) -> None:
+    """Preprocess, then each flat-event cache with its positions and anchor timestamps."""
+    from recommendation_v4.data import cache_build
+    from recommendation_v4.data.preprocess import ensure_processed
+
+    processed = ensure_processed(out_dir, size, progress=progress)
+    for history_length, min_history in caches:
+        cache = cache_build.build_cache(processed, history_length)
+        cache_build.ensure_positions(cache, history_length, min_history)
+        cache_build.ensure_anchor_ts(cache, history_length, min_history)
+        print(f"{cache}: flat-event cache (min_history {min_history})")
 
 
 if __name__ == "__main__":
