@@ -13,6 +13,10 @@ from retinanet.run_config import DataConfig
 _DATA = "retinanet.DataConfig"
 
 
+def _drains(batches_per_window: int) -> str:
+    return "once per epoch" if batches_per_window == 0 else f"every {batches_per_window} global batches"
+
+
 def data_path_settings(config: DataConfig) -> list[DataPathSetting]:
     return [
         # train.py `-j` default; its launch scripts do not set it
@@ -24,6 +28,10 @@ def data_path_settings(config: DataConfig) -> list[DataPathSetting]:
         # every evaluation (each fork re-reads nothing: the annotations are inherited in memory)
         DataPathSetting("persistent_workers", True, False,
                         "none: common.data.loader.StreamingLoader keeps its workers"),
+        # the reference's pipeline runs dry once an epoch (its workers end with it); ours at every
+        # window's end, the next window's first batch read ahead on a thread
+        DataPathSetting("loader_drains", _drains(config.batches_per_window), "once per epoch",
+                        f"{_DATA}.batches_per_window"),
         # both: a fresh permutation of the train images every epoch (ours numpy's with the run
         # seed, the reference's torch's with seed 0 + epoch), cut into whole global batches
         DataPathSetting("train_order", "permutation per epoch", "permutation per epoch", "none"),

@@ -49,7 +49,7 @@ def test_the_reference_and_storage_configs_read_as_the_reference(gin_files: list
 def test_the_defaults_are_the_reference_and_each_departure_names_its_binding() -> None:
     assert {s.name for s in departures(data_path_settings(DataConfig()))} == ALWAYS_DIFFERENT
     ours = DataConfig(num_workers=8, prefetch_factor=4, eval_order="index", eval_pad_to_world_size=False,
-                      drop_train_images_without_boxes=True, jpeg_reads="whole")
+                      drop_train_images_without_boxes=True, jpeg_reads="whole", batches_per_window=64)
     off = {s.name: s.binding for s in departures(data_path_settings(ours))}
     assert off == {"train_workers": "retinanet.DataConfig.num_workers",
                    "prefetch_per_worker": "retinanet.DataConfig.prefetch_factor",
@@ -57,6 +57,7 @@ def test_the_defaults_are_the_reference_and_each_departure_names_its_binding() -
                    "eval_padding": "retinanet.DataConfig.eval_pad_to_world_size",
                    "images_without_boxes_kept": "retinanet.DataConfig.drop_train_images_without_boxes",
                    "jpeg_reads": "retinanet.DataConfig.jpeg_reads",
+                   "loader_drains": "retinanet.DataConfig.batches_per_window",
                    "persistent_workers": "none: common.data.loader.StreamingLoader keeps its workers",
                    "rank_split": "none: common.data.epochs rank_slices='batch'"}
     for binding in off.values():  # a named binding is a real field
@@ -64,10 +65,10 @@ def test_the_defaults_are_the_reference_and_each_departure_names_its_binding() -
             assert binding.split(".")[-1] in {f.name for f in dataclasses.fields(DataConfig)}
 
 
-def test_debug_departs_only_in_its_worker_counts() -> None:
+def test_debug_departs_only_in_its_worker_counts_and_windows() -> None:
     load_gin([DEBUG_GIN])
     off = {s.name for s in departures(data_path_settings(DataConfig()))} - ALWAYS_DIFFERENT
-    assert off == {"train_workers", "eval_workers"}
+    assert off == {"train_workers", "eval_workers", "loader_drains"}
 
 
 @pytest.mark.parametrize(("binding", "message"), [
