@@ -40,6 +40,7 @@ def _flux_short_run(data_root: pathlib.Path, out: pathlib.Path, name: str) -> li
         "flux.TrainConfig.eval_every_samples = 64",  # every 8 steps
         'flux.TrainConfig.noise = "per_rank"',  # each rank's own checkpointed stream: its replay is tested
         "flux.DataConfig.num_workers = 1",
+        'flux.DataConfig.rank_slices = "split"',  # the reference's layout, not debug.gin's: its resume is tested
         "flux.DataConfig.batches_per_window = 5",  # windows end between checkpoints
         f'common.CheckpointPolicy.path = "{out / name / "ckpt"}"',
         "common.CheckpointPolicy.every_n_steps = 4",
