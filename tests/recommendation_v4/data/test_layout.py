@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 
+from common.object_store.location import ObjectPath
 from recommendation_v4.data import layout
 
 
@@ -20,12 +21,30 @@ def test_names_round_trip() -> None:
     }
 
 
-def test_default_dataset_dir_and_subdirs(tmp_path: pathlib.Path) -> None:
+def test_the_reference_tree(tmp_path: pathlib.Path) -> None:
+    """The paths of the reference's $DLRM_DATA_PATH (PR #889 README.MD, preprocess_public_data.py)."""
     directory = layout.default_dataset_dir(tmp_path, "yambda-50m")
     assert directory == tmp_path / "yambda-50m"
     assert not directory.exists()  # naming only, nothing created
-    assert layout.raw_dir(directory) == directory / "raw"
-    assert layout.processed_dir(directory) == directory / "processed"
+    assert layout.raw_dir(directory, "50m") == directory / "raw" / "50m"
+    assert layout.multi_event_path(directory, "5b") == directory / "raw" / "5b" / "multi_event.parquet"
+    assert layout.shared_metadata_dir(directory) == directory / "shared_metadata"
+    assert layout.MAPPING_FILES == ("artist_item_mapping.parquet", "album_item_mapping.parquet")
+    assert layout.processed_dir(directory, "5b") == directory / "processed_5b"
+    assert layout.cache_dir(directory, "5b", 4086) == directory / "processed_5b" / "hstu_cache_L4086"
+    assert layout.cache_dir_name(60) == "hstu_cache_L60"
+    assert (layout.TRAIN_SESSIONS_FILE, layout.TEST_EVENTS_FILE, layout.SESSION_INDEX_FILE,
+            layout.ITEM_POPULARITY_FILE, layout.SPLIT_META_FILE) == (
+        "train_sessions.parquet", "test_events.parquet", "session_index.parquet", "item_popularity.npy",
+        "split_meta.json")
+    assert layout.synthetic_truth_dir(directory) == directory / "synthetic_truth"
+
+
+def test_a_data_root_in_an_object_store_gives_object_paths() -> None:
+    directory = layout.default_dataset_dir("s3://bkt/prefix", "yambda-5b")
+    assert isinstance(directory, ObjectPath) and str(directory) == "s3://bkt/prefix/yambda-5b"
+    assert str(layout.cache_dir(directory, "5b", 4086)) == "s3://bkt/prefix/yambda-5b/processed_5b/hstu_cache_L4086"
+    assert str(layout.shared_metadata_dir(directory)) == "s3://bkt/prefix/yambda-5b/shared_metadata"
 
 
 @pytest.mark.parametrize("bad", ["yambda-1b", "yambda-synthetic-tiny", "yambda-synthetic-Tiny-seed0", "other"])
@@ -34,8 +53,28 @@ def test_bad_names_are_rejected(tmp_path: pathlib.Path, bad: str) -> None:
         layout.default_dataset_dir(tmp_path, bad)
 
 
-def test_bad_size_and_seed_are_rejected() -> None:
+def test_bad_size_and_seed_are_rejected(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="unknown Yambda size"):
         layout.real_dataset_name("7b")
     with pytest.raises(ValueError):
         layout.synthetic_dataset_name("tiny", -1)
+    for bad in ("", "5B", "../x", "a/b"):
+        with pytest.raises(ValueError, match="bad dataset size"):
+            layout.processed_dir(tmp_path, bad)
+
+
+def test_find_size_from_what_the_directory_holds(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="no Yambda size found"):
+        layout.find_size(tmp_path)
+    events = pathlib.Path(layout.multi_event_path(tmp_path, "500m"))
+    events.parent.mkdir(parents=True)
+    events.touch()
+    assert layout.find_size(tmp_path) == "500m"
+    (tmp_path / "processed_500m").mkdir()  # the same size twice: still one
+    assert layout.find_size(tmp_path) == "500m"
+    (tmp_path / "processed_5b").mkdir()  # a prepared download of another size beside it
+    with pytest.raises(ValueError, match="more than one.*500m, 5b.*--size"):
+        layout.find_size(tmp_path)
+    prepared = tmp_path / "prepared"
+    (prepared / "processed_5b" / "hstu_cache_L4086").mkdir(parents=True)  # the reference's Option A: no raw/
+    assert layout.find_size(prepared) == "5b"
