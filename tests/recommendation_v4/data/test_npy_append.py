@@ -27,3 +27,16 @@ def test_empty_array_and_bad_chunks(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="1-D"):
         writer.append(np.zeros((2, 2)))
     writer.close()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.bool_, np.int8])
+@pytest.mark.parametrize("length", [0, 7, 123_457])
+def test_the_bytes_are_those_of_np_save(tmp_path: pathlib.Path, dtype: type, length: int) -> None:
+    """The flat-event cache is the reference's np.save files byte for byte (its published sha256sums):
+    a header written for length 0 and grown in place must come out as np.save writes it."""
+    array = (np.arange(length) % 3).astype(dtype)
+    with NpyAppendWriter(tmp_path / "appended.npy", dtype) as writer:
+        for start in range(0, length, 50_000):
+            writer.append(array[start:start + 50_000])
+    np.save(tmp_path / "saved.npy", array)
+    assert (tmp_path / "appended.npy").read_bytes() == (tmp_path / "saved.npy").read_bytes()

@@ -14,10 +14,11 @@ import pytest
 
 from common.data import generation
 from common.data.generation import LEARNABLE, STORAGE
-from recommendation_v4.data import layout, schema, synthetic
-from recommendation_v4.data import processed_format as fmt
-from recommendation_v4.data.preprocess import ensure_processed
-from recommendation_v4.data.raw_reader import load_item_mapping, read_event_chunks
+from recommendation_v4.data import cache_build, layout, schema, synthetic
+from recommendation_v4.data.dataset import YambdaDataset
+from recommendation_v4.data.item_maps import ItemMaps
+from recommendation_v4.data.preprocess import SOURCES_FILE, ensure_processed, read_split_meta
+from tests.recommendation_v4.conftest import TINY_SIZE
 
 # "small" with 2,500 users: three jobs of up to 1,000 users (as tests/common/data/test_generators_sharded.py)
 SMALL_STORAGE = ["--size", "small", "--num-train", "2500", "--content", "storage", "--no-progress"]
@@ -28,8 +29,12 @@ def _digests(root: pathlib.Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _events_path(dataset_dir: pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(layout.multi_event_path(dataset_dir, TINY_SIZE))
+
+
 def _events(dataset_dir: pathlib.Path) -> dict[str, np.ndarray]:
-    table = pq.read_table(layout.raw_dir(dataset_dir) / layout.MULTI_EVENT_FILE)
+    table = pq.read_table(_events_path(dataset_dir))
     columns = {name: table.column(name).to_numpy().astype(np.int64)
                for name in ("uid", "timestamp", "item_id", "is_organic")}
     columns["event_type"] = table.column("event_type").combine_chunks().indices.to_numpy().astype(np.int64)
@@ -43,7 +48,7 @@ def _events(dataset_dir: pathlib.Path) -> dict[str, np.ndarray]:
 def tiny_storage(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("storage") / layout.synthetic_dataset_name("tiny", 0)
     synthetic.generate(out, size="tiny", seed=0, content=STORAGE)
-    ensure_processed(out)
+    ensure_processed(out, TINY_SIZE)
     return out
 
 
@@ -57,22 +62,33 @@ def test_workers_and_shards_write_the_same_bytes(tmp_path: pathlib.Path, capsys:
     assert synthetic._main([*SMALL_STORAGE, "--out", str(tmp_path / "shards"), "--shard", "0/2"]) == 0
     assert "finalized:" in capsys.readouterr().out
     reference = _digests(tmp_path / "one")
-    assert {"raw/multi_event.parquet", "generation.json", "synthetic_truth/coefficients.json"} <= set(reference)
+    assert {"raw/small/multi_event.parquet", "shared_metadata/album_item_mapping.parquet", "generation.json",
+            "synthetic_truth/coefficients.json"} <= set(reference)
     assert _digests(tmp_path / "workers") == reference
     assert _digests(tmp_path / "shards") == reference
 
 
-def test_the_trainer_preprocesses_it_and_reads_every_file(tiny_storage: pathlib.Path) -> None:
-    schema.validate_raw_dataset(tiny_storage)
-    raw = layout.raw_dir(tiny_storage)
-    rows = sum(len(chunk) for chunk in read_event_chunks(raw / layout.MULTI_EVENT_FILE, batch_rows=4096))
-    assert rows == pq.ParquetFile(raw / layout.MULTI_EVENT_FILE).metadata.num_rows > 0
-    for name, column in ((layout.ALBUM_MAPPING_FILE, "album_id"), (layout.ARTIST_MAPPING_FILE, "artist_id")):
-        assert load_item_mapping(raw / name, group_column=column).max_id >= 0
-    meta = fmt.read_meta(layout.processed_dir(tiny_storage))
-    assert meta["build"]["sorted_input"]  # streamed: sorted by (uid, timestamp), as Yambda's files are
-    assert meta["counts"]["anchors"]["train"] > 0 and meta["counts"]["anchors"]["eval"] > 0
-    assert fmt.ProcessedData.open(layout.processed_dir(tiny_storage)).num_events > 0.9 * rows
+def test_the_trainer_preprocesses_it_and_reads_every_file(tiny_storage: pathlib.Path,
+                                                          tiny_dataset_dir: pathlib.Path) -> None:
+    schema.validate_raw_dataset(tiny_storage, TINY_SIZE)
+    rows = pq.ParquetFile(_events_path(tiny_storage)).metadata.num_rows
+    processed = pathlib.Path(layout.processed_dir(tiny_storage, TINY_SIZE))
+    build = json.loads((processed / SOURCES_FILE).read_text())["_build"]
+    assert build["sorted_input"]  # streamed: sorted by (uid, timestamp), as Yambda's files are
+    meta = read_split_meta(processed)
+    learnable = read_split_meta(pathlib.Path(layout.processed_dir(tiny_dataset_dir, TINY_SIZE)))
+    assert meta["num_users"] == learnable["num_users"] and meta["num_test_events"] > 0
+    # the same split of the same users' activity: the train share of the events as the learnable content's
+    learnable_rows = pq.ParquetFile(_events_path(tiny_dataset_dir)).metadata.num_rows
+    assert abs(meta["num_train_events"] / rows - learnable["num_train_events"] / learnable_rows) < 0.05
+
+    cache = cache_build.build_cache(processed, 60)
+    cache_build.ensure_positions(cache, 60, 5)
+    dataset = YambdaDataset(cache, item_maps=ItemMaps.load(tiny_storage, processed), history_length=60, min_history=5)
+    assert dataset.item_maps.num_items == np.load(processed / layout.ITEM_POPULARITY_FILE).size
+    assert dataset.cache.total_events == meta["num_train_events"] and len(dataset) > 1000
+    batch = dataset.get_batch(np.arange(0, len(dataset), len(dataset) // 64))
+    assert int(batch.uih_lengths.sum()) > 0 and 0 < float(batch.labels.mean()) < 1
 
 
 def test_events_per_user_and_bytes_per_event_match_the_learnable_content(
@@ -80,14 +96,13 @@ def test_events_per_user_and_bytes_per_event_match_the_learnable_content(
 ) -> None:
     num_users = synthetic.get_size("tiny").num_users
     storage_uid, learnable_uid = (
-        pq.read_table(layout.raw_dir(d) / layout.MULTI_EVENT_FILE, columns=["uid"]).column(0).to_numpy()
-        for d in (tiny_storage, tiny_dataset_dir))
+        pq.read_table(_events_path(d), columns=["uid"]).column(0).to_numpy() for d in (tiny_storage, tiny_dataset_dir))
     storage, learnable = np.bincount(storage_uid, minlength=num_users), np.bincount(learnable_uid, minlength=num_users)
     # the same users with the same activity (the world's lognormal listens and caps); only the feedback
     # events on top of the listens are drawn apart
     assert abs(storage.sum() / learnable.sum() - 1) < 0.02
     assert np.all(np.abs(storage / learnable - 1) < 0.1)
-    bytes_per_event = [(layout.raw_dir(d) / layout.MULTI_EVENT_FILE).stat().st_size / uid.size
+    bytes_per_event = [_events_path(d).stat().st_size / uid.size
                        for d, uid in ((tiny_storage, storage_uid), (tiny_dataset_dir, learnable_uid))]
     assert abs(bytes_per_event[0] / bytes_per_event[1] - 1) < 0.1, bytes_per_event
 
@@ -135,9 +150,9 @@ def test_marginal_statistics_follow_the_learnable_content(
 def test_storage_content_differs_from_the_learnable_one_but_for_the_world(
     tiny_storage: pathlib.Path, tiny_dataset_dir: pathlib.Path,
 ) -> None:
-    storage, learnable = layout.raw_dir(tiny_storage), layout.raw_dir(tiny_dataset_dir)
-    assert (storage / layout.MULTI_EVENT_FILE).read_bytes() != (learnable / layout.MULTI_EVENT_FILE).read_bytes()
-    for name in (layout.ALBUM_MAPPING_FILE, layout.ARTIST_MAPPING_FILE):  # the same catalog
+    assert _events_path(tiny_storage).read_bytes() != _events_path(tiny_dataset_dir).read_bytes()
+    storage, learnable = (pathlib.Path(layout.shared_metadata_dir(d)) for d in (tiny_storage, tiny_dataset_dir))
+    for name in layout.MAPPING_FILES:  # the same catalog
         assert (storage / name).read_bytes() == (learnable / name).read_bytes()
     assert json.loads((tiny_storage / generation.PLAN_FILE).read_text())["content"] == STORAGE
     assert "content" not in json.loads((tiny_dataset_dir / generation.PLAN_FILE).read_text())
@@ -160,9 +175,9 @@ def test_other_content_in_the_same_directory_is_refused_and_ensure_tells_them_ap
     learnable_plan = synthetic.SyntheticPlan("tiny", synthetic.get_size("tiny"), seed=5, content=LEARNABLE)
     with pytest.raises(FileExistsError, match="content"):
         generation.generate(learnable_plan, out, progress=False, log=lambda line: None)
-    stamp = (layout.raw_dir(out) / layout.MULTI_EVENT_FILE).stat().st_mtime_ns
+    stamp = _events_path(out).stat().st_mtime_ns
     synthetic.ensure_synthetic(out, size="tiny", seed=5, content=STORAGE)
-    assert (layout.raw_dir(out) / layout.MULTI_EVENT_FILE).stat().st_mtime_ns == stamp
+    assert _events_path(out).stat().st_mtime_ns == stamp
     synthetic.ensure_synthetic(out, size="tiny", seed=5)  # the learnable content: regenerated
     truth = json.loads((layout.synthetic_truth_dir(out) / synthetic.TRUTH_COEFFICIENTS_FILE).read_text())
     assert "content" not in truth and "content" not in json.loads((out / generation.PLAN_FILE).read_text())
