@@ -62,9 +62,11 @@ def _dataset_kind(config: DataConfig) -> dict[str, str | int]:
 
 
 def _how_to_get(dataset_dir: layout.Location, size: str) -> str:
-    return (f"download it (recommendation_v4/download_dataset.sh --size {size} --dataset-dir {dataset_dir}: the raw "
-            f"files, preprocessed and cached on first use; or the prepared cache the reference publishes, "
-            f"processed_{size}/hstu_cache_L4086/ with item_popularity.npy and shared_metadata/)")
+    return (f"download it with `recommendation_v4/download_dataset.sh --size {size} --dataset-dir {dataset_dir}` (raw "
+            f"files: preprocessed and cached on first use), or place the prepared cache the reference publishes "
+            f"(processed_{size}/hstu_cache_L4086/, item_popularity.npy and shared_metadata/) there; or train on "
+            "synthetic data: `python -m recommendation_v4.data.synthetic --size small --seed 0`, or bind "
+            "recommendation_v4.DataConfig.dataset to a yambda-synthetic-<size>-seed<n> name")
 
 
 def _announce(what: str) -> None:
@@ -87,7 +89,7 @@ def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, his
             ensure_processed(dataset_dir, size, progress=True,
                              announce=lambda why: _announce(f"preprocessing {dataset_dir} ({why})"))
     elif not cf.is_ready(cache) and not (processed / layout.TRAIN_SESSIONS_FILE).is_file():
-        raise schema.DatasetError(f"no Yambda data at {dataset_dir} (no {cache} and no raw files): "
+        raise schema.DatasetError(f"no Yambda data at {dataset_dir} (neither {cache} nor the raw files): "
                                   + _how_to_get(dataset_dir, size))
     try:
         if not cf.is_ready(cache):
@@ -97,7 +99,7 @@ def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, his
             cache_build.build_cache(processed, history_length)
         cache_build.ensure_positions(cache, history_length, min_history)
         cache_build.ensure_anchor_ts(cache, history_length, min_history)
-    except PermissionError as error:
+    except OSError as error:  # a read-only or full file system, a permission
         raise schema.DatasetError(f"{cache}: cannot write what this run needs there ({error}); build it once where the "
                                   f"dataset is writable: python -m recommendation_v4.data.cache_build --dataset-dir "
                                   f"{dataset_dir} --history-length {history_length} --min-history {min_history}") from error

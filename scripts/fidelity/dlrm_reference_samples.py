@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         expected = {"history_length": L, "min_history": mh, "window_seconds": args.window_seconds,
                     "world_size": args.world_size, "batch_size": args.batch_size,
                     "shuffle_fraction": args.shuffle_fraction, "shuffle_seed": args.shuffle_seed,
-                    "history_strategy": args.history_strategy, "windows": {}}
+                    "history_strategy": args.history_strategy,
+                    "reference_cache_sha256": {n: _sha(ref_cache / n) for n in names}, "windows": {}}
         for ts in keys:
             ref_order = reference.train_window_indices(ts)
             our_order = windows.train_window_indices(ts)

@@ -26,7 +26,7 @@ def test_three_hundred_steps_beat_chance_and_the_popularity_baseline(tmp_path):
     bindings = [f'recommendation_v4.DataConfig.data_root = "{tmp_path / "data"}"',
                 f'common.RunConfig.output_root = "{tmp_path / "runs"}"', 'common.RunConfig.run_name = "learns"',
                 f"common.RunConfig.max_steps = {STEPS}", "recommendation_v4.TrainConfig.eval_every_steps = 0",
-                "recommendation_v4.DataConfig.test_day_max_samples = 8192"]
+                "recommendation_v4.DataConfig.eval_max_samples = 8192"]
     cmd = trainer_command(package="recommendation_v4", gin_file=REPO / "recommendation_v4" / "configs" / "debug.gin",
                           nproc=1, bindings=bindings)
     run_command(cmd, timeout=900)

@@ -17,7 +17,7 @@ def tiny_bindings(*, data_root: pathlib.Path, output_root: pathlib.Path, run_nam
         f'recommendation_v4.DataConfig.data_root = "{data_root}"',
         'recommendation_v4.DataConfig.dataset = "yambda-synthetic-tiny-seed0"',
         "recommendation_v4.DataConfig.num_workers = 0",
-        "recommendation_v4.DataConfig.test_day_max_samples = 256",
+        "recommendation_v4.DataConfig.eval_max_samples = 256",
         f'common.RunConfig.output_root = "{output_root}"',
         f'common.RunConfig.run_name = "{run_name}"',
         f"common.RunConfig.max_steps = {max_steps}",

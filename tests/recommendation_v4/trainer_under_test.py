@@ -10,13 +10,16 @@ from tests.trainers.trainer_process import REPO
 
 
 def _dlrm_data(root: pathlib.Path) -> pathlib.Path:
-    from recommendation_v4.data import layout
+    from recommendation_v4.data import cache_build, layout
     from recommendation_v4.data.preprocess import ensure_processed
     from recommendation_v4.data.synthetic import ensure_synthetic
 
     name = layout.synthetic_dataset_name("tiny", 0)
     ensure_synthetic(root / name, size="tiny", seed=0)
-    ensure_processed(root / name)
+    # the debug flavor's cache (history 60, anchors from the 5th event), as a first run would build it
+    cache = cache_build.build_cache(ensure_processed(root / name, "tiny"), 60)
+    cache_build.ensure_positions(cache, 60, 5)
+    cache_build.ensure_anchor_ts(cache, 60, 5)
     return root
 
 
@@ -28,7 +31,7 @@ def _dlrm_short_run(data_root: pathlib.Path, out: pathlib.Path, name: str) -> li
         f'recommendation_v4.DataConfig.data_root = "{data_root}"',
         'recommendation_v4.DataConfig.dataset = "yambda-synthetic-tiny-seed0"',
         "recommendation_v4.DataConfig.num_workers = 1",
-        "recommendation_v4.DataConfig.test_day_max_samples = 256",
+        "recommendation_v4.DataConfig.eval_max_samples = 256",
         f'common.RunConfig.output_root = "{out}"',
         f'common.RunConfig.run_name = "{name}"',
         f"common.RunConfig.max_steps = {DLRM_STEPS}",
@@ -58,7 +61,10 @@ def _dlrm_reference_run(data_root: pathlib.Path, out: pathlib.Path, name: str) -
         "recommendation_v4.DataConfig.entity_table_rows = None",
         "recommendation_v4.DataConfig.cross_table_rows = 1000",
         "recommendation_v4.DataConfig.num_workers = 0",
-        "recommendation_v4.DataConfig.test_day_max_samples = 128",
+        "recommendation_v4.DataConfig.eval_max_samples = 128",
+        # the tiny data's users have ~220 events and 6 days, not 4086 and 300
+        "recommendation_v4.DataConfig.min_history = 5",
+        "recommendation_v4.StreamingConfig.num_windows = 0",
         'recommendation_v4.TrainConfig.flavor = "debug"',
         'recommendation_v4.TrainConfig.model_overrides = {"max_seq_len": 4096, "num_layers": 1}',  # the reference budget
         'recommendation_v4.TrainConfig.kernel = "PYTORCH"',
@@ -103,13 +109,13 @@ DLRM = TrainerUnderTest(
     ),
     missing_data=(
         ['recommendation_v4.DataConfig.dataset = "yambda-50m"'],
-        ("yambda-50m does not exist", "recommendation_v4/download_dataset.sh --size 50m",
+        ("no Yambda data at", "recommendation_v4/download_dataset.sh --size 50m",
          "python -m recommendation_v4.data.synthetic"),
     ),
     reference_run=_dlrm_reference_run,
     reference_failures=frozenset({
         ("train_samples", "v['value'] == s['train_samples']"),  # Yambda-5b's 2,290,835,423 train samples
-        ("eval_samples", "v['value'] == 2058204"),  # and its test day
+        ("eval_samples", "v['value'] == 2058204"),  # and its holdout window
         ("eval_accuracy", "v['metadata']['samples_count'] % s['eval_interval_samples'] == 0"),  # grid over them
         ("eval_accuracy", "v['value'] >= s['target_accuracy']"),  # AUC 0.75, out of reach in 3 steps
     }),

@@ -23,7 +23,7 @@ BENCHMARKS = {
                   "retinanet.TrainConfig.eval_before_training = False", "retinanet.DataConfig.eval_max_images = 8"],
     "flux": ["flux.DataConfig.validation_max_samples = 64", "flux.TrainConfig.eval_unconditional = False"],
     "recommendation_v4": ["recommendation_v4.DataConfig.dataset = 'yambda-synthetic-tiny-seed0'",
-                          "recommendation_v4.DataConfig.test_day_max_samples = 256",
+                          "recommendation_v4.DataConfig.eval_max_samples = 256",
                           "recommendation_v4.StreamingConfig.start_window = 0"],
 }
 GENERATED_BY_THE_TRAINER = ("retinanet", "flux")
