@@ -6,8 +6,8 @@ thread while the current one trains, so the turnover costs a few ms. With
 `prefetch_next_window=False` and `num_workers=0` nothing is read ahead and nothing reads but the
 caller: each batch is read in the calling thread when the loop asks for it (FLUX.1's reference,
 whose torchtitan loader reads in the training thread). Which samples a window's
-batches hold is index maths (`common.data.index`); time windows over timestamps are
-`common.data.time_windows`, epochs `common.data.epochs`.
+batches hold is index maths (`common.data.index`); epochs of files are `common.data.epochs` (DLRM-HSTU's
+time windows are its own, recommendation_v4/data/windows.py).
 
 `StreamingLoader.close` stops the persistent workers with the DataLoader iterator's private
 `_shutdown_workers`: at once, whatever else still refers to the iterator. With

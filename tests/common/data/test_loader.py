@@ -11,29 +11,8 @@ import pytest
 
 from common.data.batch_arena import PRIVATE_TORCH_APIS_ENV
 from common.data.index import eval_step_interval, window_batches
+from common.data.reads import note_array_reads
 from common.data.loader import StreamingLoader
-from common.data.time_windows import TimeWindows
-
-
-def test_windows_partition_the_timeline_in_time_order():
-    rng = np.random.default_rng(0)
-    ts = rng.integers(0, 5 * 86_400, size=2000)
-    w = TimeWindows(ts, window_seconds=86_400)
-    assert w.keys() == [0, 1, 2, 3, 4]
-    seen = np.concatenate([w.indices(k) for k in w.keys()])
-    assert sorted(seen.tolist()) == list(range(2000))  # every sample in exactly one window
-    for k in w.keys():
-        idx = w.indices(k)
-        assert np.all((ts[idx] >= k * 86_400) & (ts[idx] < (k + 1) * 86_400))
-        assert np.all(np.diff(ts[idx]) >= 0)
-        if k + 1 in w.keys():  # the next window lies strictly in the future of this one
-            assert ts[idx].max() < ts[w.indices(k + 1)].min()
-    assert w.indices(99).size == 0
-
-
-def test_windows_reject_time_before_origin():
-    with pytest.raises(ValueError, match="precedes the window origin"):
-        TimeWindows(np.array([5, 10]), origin=7)
 
 
 def test_window_batches_split_global_batches_across_ranks():
@@ -167,11 +146,14 @@ def test_a_next_windows_first_batch_read_ahead_and_never_trained_is_reported():
 
 
 def test_a_window_index_read_from_storage_is_named_by_the_windows_first_batch(tmp_path):
-    windows = TimeWindows(np.arange(0, 4 * 86_400, 3_600), window_seconds=86_400)  # 4 windows of 24
-    np.save(tmp_path / "order.npy", np.asarray(windows._order))
-    windows._order = np.load(tmp_path / "order.npy", mmap_mode="r")  # as a prepared dataset opens it
-    loader = StreamingLoader(source=_NotingSource(), build_window=lambda key: np.array_split(windows.indices(key), 3),
-                             num_workers=0)
+    np.save(tmp_path / "order.npy", np.arange(96, dtype=np.int64))  # 4 windows of 24 samples, in an index file
+    order = np.load(tmp_path / "order.npy", mmap_mode="r")  # as a prepared dataset opens it
+
+    def window(key: int) -> list[np.ndarray]:
+        note_array_reads(order, 24 * key, 24)  # the loader reads the window's slice of the index
+        return np.array_split(np.array(order[24 * key : 24 * (key + 1)]), 3)
+
+    loader = StreamingLoader(source=_NotingSource(), build_window=window, num_workers=0)
     delivered = []
     loader.reads_sink = delivered.append
     try:
