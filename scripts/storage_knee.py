@@ -6,14 +6,17 @@ device whose reads a cgroup holds to a chosen rate. Root only.
         [--no-dlio] [--out DIR]
         [--gin_bindings B ...] [--keep-reclaim] [--client-host-memory-in-gb G] [--dataset DIR]
 
-(A script, not a module of common/: it names the three benchmarks' debug configs.)
+(A script, not a module of common/: it names the three benchmarks' configs. By default each sweeps
+at its reference's data path (docs/fidelity.md) with the debug configs' small shapes; --data-path
+debug runs the debug configs' own loader settings, as the knees before 2026-11-28 did.)
 
 1. An ext4 file system on a loop device (storage.host.throttle.ThrottledStorage), read-limited
    to --read-mbps MiB/s for the processes of its cgroup.
-2. The benchmark's debug dataset written onto it by one short emulated run outside the cgroup
-   (the trainers generate what is missing), so the sweep's first point is not also a generator;
-   or, with --dataset, a dataset made beforehand (e.g. one of 5x the client memory) copied there,
-   under its own folder name (bind the trainer's dataset name to it).
+2. The benchmark's dataset written onto it by one short emulated run outside the cgroup
+   (the trainers generate what is missing and run their one-time phases, e.g. DLRM-HSTU's cache
+   build), so the sweep's first point is not also a generator; with --dataset, a dataset made
+   beforehand (e.g. one of 5x the client memory) is copied there first, under its own folder name
+   (bind the trainer's dataset name to it).
 3. `python -m storage.sweep` inside the cgroup: 1, 2, 4, ... emulated accelerators, each
    run evicting the dataset from the page cache first, each rank sleeping --seconds-per-step per
    step of --batch samples; with DLIO 2.0.0 replaying every point on the same device, its data
@@ -47,17 +50,37 @@ from storage.load_profile.session import PROFILE_FILE  # noqa: E402
 from storage.sweep.phases import lines as phase_lines  # noqa: E402
 from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
-DEBUG_CONFIGS = {
-    "flux": (REPO / "flux" / "configs" / "debug.gin", ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
+# Each benchmark's sweep: its small shapes (the debug config's model and data sizes, so the 2 cores
+# are not the limit) with its reference's data path (docs/fidelity.md): the loader settings the
+# debug configs change for CPU training are bound back to the reference's. DLRM-HSTU's storage
+# overlay already is the reference's data path on long-history synthetic data.
+CONFIGS = {
+    "flux": ([REPO / "flux" / "configs" / "debug.gin"],
+             ['flux.DataConfig.dataset = "synthetic-small-seed0"', "flux.DataConfig.num_workers = 0",
+              "flux.DataConfig.eval_num_workers = 0", "flux.DataConfig.prefetch_next_window = False",
+              'flux.DataConfig.rank_slices = "split"'],
              "flux.DataConfig"),
-    "retinanet": (REPO / "retinanet" / "configs" / "debug.gin", [], "retinanet.DataConfig"),
-    "recommendation_v4": (REPO / "recommendation_v4" / "configs" / "debug.gin", [], "recommendation_v4.DataConfig"),
+    "retinanet": ([REPO / "retinanet" / "configs" / "debug.gin"],
+                  ["retinanet.DataConfig.num_workers = 4", "retinanet.DataConfig.eval_num_workers = 4",
+                   "retinanet.DataConfig.batches_per_window = 0"],
+                  "retinanet.DataConfig"),
+    "recommendation_v4": ([REPO / "recommendation_v4" / "configs" / "yambda_5b.gin",
+                           REPO / "recommendation_v4" / "configs" / "storage.gin"], [], "recommendation_v4.DataConfig"),
+}
+# the configs the sweep ran before the reference's data path (2026-11-27 knees): --data-path debug
+DEBUG_CONFIGS = {
+    "flux": ([REPO / "flux" / "configs" / "debug.gin"], ['flux.DataConfig.dataset = "synthetic-small-seed0"'],
+             "flux.DataConfig"),
+    "retinanet": ([REPO / "retinanet" / "configs" / "debug.gin"], [], "retinanet.DataConfig"),
+    "recommendation_v4": ([REPO / "recommendation_v4" / "configs" / "debug.gin"], [], "recommendation_v4.DataConfig"),
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--benchmark", required=True, choices=sorted(DEBUG_CONFIGS))
+    parser.add_argument("--benchmark", required=True, choices=sorted(CONFIGS))
+    parser.add_argument("--data-path", choices=("reference", "debug"), default="reference",
+                        help="the reference's loader settings (default) or the debug config's own")
     parser.add_argument("--read-mbps", type=float, default=6.0, help="the device's read limit, MiB/s")
     parser.add_argument("--seconds-per-step", type=float, default=0.4, help="each emulated accelerator's step")
     parser.add_argument("--batch", type=int, default=16, help="samples per accelerator per step")
@@ -65,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="take the step and batch from the benchmark's b200 row of this compute-time table "
                              "(MLPerf Storage's or MLPerf Training's) instead of --seconds-per-step and --batch")
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=2, help="loader workers per rank")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="loader workers per rank (default: the data path's: the reference's, or the debug config's)")
     parser.add_argument("--max-accelerators", type=int, default=16)
     parser.add_argument("--au-threshold", type=float, default=0.0, help="0: MLPerf Storage's for the workload")
     parser.add_argument("--size-mb", type=int, default=1536, help="the loop device's size")
@@ -82,17 +106,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configs(args: argparse.Namespace) -> tuple[list[Path], list[str], str]:
+    return (CONFIGS if args.data_path == "reference" else DEBUG_CONFIGS)[args.benchmark]
+
+
 def _bindings(args: argparse.Namespace, data_root: Path) -> list[str]:
-    _, extra, data = DEBUG_CONFIGS[args.benchmark]
+    _, extra, data = _configs(args)
     # with --compute-times the table's row for b200 sets the step and the batch, not --seconds-per-step/--batch
     step = [] if args.compute_times else [f"storage.Emulation.seconds_per_step = {args.seconds_per_step}",
                                           f"storage.Emulation.batch_per_accelerator = {args.batch}"]
-    return [f'{data}.data_root = "{data_root}"', f"{data}.num_workers = {args.workers}", *extra, *step,
+    workers = [] if args.workers is None else [f"{data}.num_workers = {args.workers}"]
+    return [f'{data}.data_root = "{data_root}"', *extra, *workers, *step,
             f"storage.Emulation.au_threshold = {args.au_threshold}", *args.gin_bindings]
 
 
 def _gin_flags(args: argparse.Namespace, data_root: Path) -> list[str]:
-    flags = ["--gin_config", str(DEBUG_CONFIGS[args.benchmark][0])]
+    flags = []
+    for config in _configs(args)[0]:
+        flags += ["--gin_config", str(config)]
     for binding in _bindings(args, data_root):
         flags += ["--gin_bindings", binding]
     return flags
@@ -133,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with paused_for_storage_runs("[knee]", keep=args.keep_reclaim), \
             ThrottledStorage(out / "disk", size_mb=args.size_mb, read_bps=read_bps, read_iops=None) as disk:
-        written = None
         if args.dataset is not None:
             print(f"[knee] copying {args.dataset} onto the device", flush=True)
             shutil.copytree(args.dataset, disk.mount / args.dataset.name)
-        else:
-            written = _write_dataset(args, disk.mount, out)
+        # a short run on the device generates what is missing and runs the data path's one-time
+        # phases there (DLRM-HSTU's cache build), outside the throttle
+        written = _write_dataset(args, disk.mount, out)
         sweep = [sys.executable, "-m", "storage.sweep", "--benchmark", args.benchmark, "--accelerator", "b200",
                  *_gin_flags(args, disk.mount), "--steps", str(args.steps),
                  "--max-accelerators", str(args.max_accelerators), "--out", str(out / "sweep")]
