@@ -6,6 +6,7 @@ over the raw rows, one row at a time."""
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import pathlib
@@ -218,6 +219,12 @@ def test_the_edge_cases_follow_the_reference_rules(tmp_path: pathlib.Path) -> No
     assert len(popularity) == 30  # the mappings' vocabulary, larger than the largest train item
     assert popularity[:10] == [0, 1, 2, 1, 2, 0, 0, 1, 2, 2] and sum(popularity) == meta["num_train_events"] == 11
     assert (meta["num_test_events"], meta["num_sessions"], meta["num_users"]) == (4, 7, 3)
+    # written as the reference writes it (json.dump, indent 2, its key order): the published md5 can match
+    split_meta = pathlib.Path(layout.processed_dir(tmp_path, SIZE)) / layout.SPLIT_META_FILE
+    assert split_meta.read_text() == json.dumps(want[layout.SPLIT_META_FILE], indent=2)
+    saved = io.BytesIO()
+    np.save(saved, np.array(want[layout.ITEM_POPULARITY_FILE], dtype=np.int64))
+    assert (split_meta.parent / layout.ITEM_POPULARITY_FILE).read_bytes() == saved.getvalue()
 
 
 def test_popularity_is_sized_by_the_largest_train_item_when_the_mappings_are_smaller(tmp_path: pathlib.Path) -> None:
