@@ -36,7 +36,7 @@ from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import features as F
 from recommendation_v4.data.dataset import YambdaDataset
 from recommendation_v4.data.item_maps import ItemMaps
-from recommendation_v4.data.preprocess import ensure_processed, stale_reason
+from recommendation_v4.data.preprocess import SOURCES_FILE, ensure_processed, stale_reason
 from recommendation_v4.data.synthetic import ensure_synthetic
 from recommendation_v4.data.windows import AnchorWindows
 from recommendation_v4.model.flavors import HSTUFlavor, reference_table_rows
@@ -83,7 +83,11 @@ def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, his
     processed = pathlib.Path(layout.processed_dir(dataset_dir, size))
     cache = processed / layout.cache_dir_name(history_length)
     has_raw = pathlib.Path(layout.multi_event_path(dataset_dir, size)).is_file()
-    if has_raw:
+    sessions = processed / layout.TRAIN_SESSIONS_FILE
+    if has_raw and sessions.is_file() and not (processed / SOURCES_FILE).is_file():
+        # preprocessed elsewhere (the reference's download_dataset.sh writes the same files): taken as is
+        print(f"[data] {sessions}: preprocessed elsewhere (no {SOURCES_FILE}), taken as it is", flush=True)
+    elif has_raw:
         reason = stale_reason(dataset_dir, size)
         if reason is not None and (reason != "not built yet" or not cf.is_ready(cache)):
             ensure_processed(dataset_dir, size, progress=True,
@@ -164,6 +168,12 @@ class YambdaData:
     @property
     def table_rows(self) -> dict[str, int]:
         return self.dataset.table_rows
+
+    @property
+    def read_dirs(self) -> list[layout.Location]:
+        """What training reads: the flat-event cache and the mappings (not the raw files or the
+        parquet they were built from), for the emulation's eviction and its 5x-memory check."""
+        return [self.dataset.cache_dir, layout.shared_metadata_dir(self.dataset_dir)]
 
     def describe(self) -> str:
         d = self.dataset

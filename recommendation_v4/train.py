@@ -64,7 +64,7 @@ class DlrmBuild:
             prefetch_factor=c.data.prefetch_factor,
             seed=ctx.seed,
         )
-        return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset, data_dirs=[data.dataset_dir],
+        return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset, data_dirs=data.read_dirs,
                         count_samples=lambda batch: batch.batch_size,
                         data_path=data_path_settings(c.data, c.stream, history_length=data.dataset.history_length))
 

@@ -93,6 +93,18 @@ def test_changed_raw_files_are_preprocessed_and_cached_again(private_root: pathl
     assert (cache / "flat_uid.npy").stat().st_mtime_ns != before
 
 
+def test_sessions_preprocessed_elsewhere_are_taken_as_they_are(private_root: pathlib.Path, capsys) -> None:
+    dataset_dir = private_root / TINY
+    processed = pathlib.Path(layout.processed_dir(dataset_dir, "tiny"))
+    shutil.rmtree(processed / layout.cache_dir_name(60))
+    (processed / "preprocess_sources.json").unlink()  # what the reference's download_dataset.sh leaves
+    stamp = (processed / layout.TRAIN_SESSIONS_FILE).stat().st_mtime_ns
+    _data(private_root)
+    assert "preprocessed elsewhere" in capsys.readouterr().out
+    assert (processed / layout.TRAIN_SESSIONS_FILE).stat().st_mtime_ns == stamp  # not preprocessed again
+    assert cf.is_ready(processed / layout.cache_dir_name(60))  # the cache built from it
+
+
 def test_windows_that_clash_with_the_holdout_are_config_errors(private_root: pathlib.Path) -> None:
     data = _data(private_root)
     count = data.windows.num_windows()
