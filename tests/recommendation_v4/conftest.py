@@ -10,6 +10,8 @@ import shutil
 import pytest
 
 from recommendation_v4.data import cache_build, layout
+from recommendation_v4.data.dataset import YambdaDataset
+from recommendation_v4.data.item_maps import ItemMaps
 from recommendation_v4.data.preprocess import ensure_processed
 from recommendation_v4.data.synthetic import ensure_synthetic
 
@@ -18,6 +20,16 @@ TINY = layout.synthetic_dataset_name(TINY_SIZE, 0)
 # the cache the fixtures build: the debug flavor's history, anchors from the 5th event (debug.gin)
 TINY_HISTORY_LENGTH = 60
 TINY_MIN_HISTORY = 5
+
+
+def open_tiny_dataset(dataset_dir: pathlib.Path, *, history_length: int, min_history: int, **kwargs) -> YambdaDataset:
+    """The samples of a (preprocessed) tiny dataset at this history length and floor, its cache and
+    positions built first when missing: in `tiny_data_root`'s copy for any other than L60 / 5."""
+    processed = pathlib.Path(layout.processed_dir(dataset_dir, TINY_SIZE))
+    cache = cache_build.build_cache(processed, history_length)
+    cache_build.ensure_positions(cache, history_length, min_history)
+    return YambdaDataset(cache, item_maps=ItemMaps.load(dataset_dir, processed), history_length=history_length,
+                         min_history=min_history, **kwargs)
 
 
 @pytest.fixture(scope="session")

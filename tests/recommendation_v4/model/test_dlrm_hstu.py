@@ -9,22 +9,18 @@ import pytest
 import torch
 
 from recommendation_v4.data import features as F
-from recommendation_v4.data import layout
-from recommendation_v4.data.dataset import YambdaSequenceDataset
 from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU, embedding_tables
 from recommendation_v4.model.param_count import count_parameters
 from recommendation_v4.model.stu import STULayer
-from tests.recommendation_v4.conftest import TINY
+from tests.recommendation_v4.conftest import TINY, open_tiny_dataset
 
 CROSS_ROWS = {c.name: 97 for c in F.CROSS_FEATURES}
 
 
 @pytest.fixture(scope="module")
 def tiny_batch(tiny_data_root):
-    ds = YambdaSequenceDataset(
-        layout.processed_dir(tiny_data_root / TINY), split="train", history_length=30, min_history=3, cross_table_rows=CROSS_ROWS
-    )
+    ds = open_tiny_dataset(tiny_data_root / TINY, history_length=30, min_history=3, cross_table_rows=CROSS_ROWS)
     return ds, ds.get_batch(np.arange(0, 200, 25))
 
 

@@ -13,13 +13,12 @@ import numpy as np
 import torch
 
 from recommendation_v4.data import features as F
-from recommendation_v4.data import layout
-from recommendation_v4.data.dataset import YambdaSequenceDataset
+from recommendation_v4.data.dataset import YambdaDataset
 from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.ops.triton import hstu_attention, jagged, layer_norm, ln_mul_dropout
-from tests.recommendation_v4.conftest import TINY
+from tests.recommendation_v4.conftest import TINY, open_tiny_dataset
 from tests.recommendation_v4.ops.hstu_ops_testing import kernel_test_device
 
 DEVICE = kernel_test_device()
@@ -27,7 +26,7 @@ DEVICE = kernel_test_device()
 HISTORY = 12
 
 
-def _step(kernel: HammerKernel, dataset: YambdaSequenceDataset, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _step(kernel: HammerKernel, dataset: YambdaDataset, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     config = dataclasses.replace(FLAVORS["debug"], history_length=HISTORY, input_dropout=0.0, linear_dropout=0.0)
     model = DlrmHSTU(config=config, table_rows=dataset.table_rows, embedding_device="cpu", kernel=kernel)
@@ -59,13 +58,8 @@ def test_training_step_loss_and_gradients_match(tiny_data_root, monkeypatch) -> 
         (ln_mul_dropout, "triton_ln_mul_dropout"),
     ):
         _count_calls(monkeypatch, module, name, counts)
-    dataset = YambdaSequenceDataset(
-        layout.processed_dir(tiny_data_root / TINY),
-        split="train",
-        history_length=HISTORY,
-        min_history=3,
-        cross_table_rows={c.name: 97 for c in F.CROSS_FEATURES},
-    )
+    dataset = open_tiny_dataset(tiny_data_root / TINY, history_length=HISTORY, min_history=3,
+                                cross_table_rows={c.name: 97 for c in F.CROSS_FEATURES})
     batch = dataset.get_batch(np.arange(0, 160, 20))
     assert int(batch.uih_lengths.max()) > int(batch.uih_lengths.min())  # a genuinely jagged batch
     loss_pt, grads_pt = _step(HammerKernel.PYTORCH, dataset, batch)
