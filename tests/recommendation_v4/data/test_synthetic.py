@@ -267,7 +267,11 @@ def test_the_cache_option_preprocesses_and_builds_what_a_trainer_reads(
         assert (cache / cf.positions_file(history_length, min_history)).is_file()
         assert (cache / cf.anchor_ts_file(history_length, min_history)).is_file()
     cache = pathlib.Path(layout.cache_dir(dataset, TINY_SIZE, 60))
-    assert _cache_files(cache) == _cache_files(tiny_cache_dir)  # what the steps one by one build, byte for byte
+    built = _cache_files(cache)
+    assert set(built) == {*(f"{c}.npy" for c in (*cf.EVENT_COLUMNS, *cf.USER_COLUMNS)), cf.STORE_META_FILE, cf.READY_FILE,
+                          "positions_L60.npy", "positions_L60_m5.npy", "anchor_ts_L60_m5.npy"}
+    # what the steps one by one build (the session fixture), byte for byte
+    assert built == {name: (tiny_cache_dir / name).read_bytes() for name in built}
 
     # a trainer of history 60 and min_history 5 finds everything it reads: nothing is built or rewritten
     def stamps() -> dict[str, int]:
