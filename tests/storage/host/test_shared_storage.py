@@ -95,13 +95,15 @@ def test_down_leaves_nothing_behind(tmp_path):
         EmulatedHosts(tmp_path / "work", ("n1",)).enter("n1")
 
 
-def test_bad_settings_are_refused_with_the_flag(tmp_path):
+def test_bad_host_names_are_refused():
     with pytest.raises(EmulatedHostsError, match="host name 'N1'"):
         check_names(["N1"])
     with pytest.raises(EmulatedHostsError, match="repeat"):
         check_names(["n1", "n1"])
-    if unavailable_reason():
-        return
+
+
+def test_bad_settings_are_refused_with_the_flag(tmp_path):
+    _export_or_unavailable(tmp_path)
     with pytest.raises(SharedStorageError, match="--export .*no such folder"):
         SharedStorage(work=tmp_path / "w", export=tmp_path / "missing", hosts=("n1",), mount=tmp_path / "m").up()
     (tmp_path / "e").mkdir()
