@@ -71,6 +71,8 @@ def run_loader_benchmark(
     """Time `num_batches` batches after a warm-up; returns rates and history fill."""
     if batch_size <= 0 or num_batches <= 0:
         raise ValueError(f"batch_size and num_batches must be positive, got {batch_size}, {num_batches}")
+    if order not in ("user-major", "random"):
+        raise ValueError(f"order must be 'user-major' or 'random', got {order!r}")
     dataset = open_dataset(dataset_dir, history_length=history_length, min_history=min_history)
     if len(dataset) < batch_size:
         raise ValueError(f"{dataset_dir} has {len(dataset)} anchors, fewer than batch_size {batch_size}")

@@ -44,7 +44,7 @@ def _dataset(data_root: Path, size: str) -> Path:
 
     path = layout.default_dataset_dir(data_root, layout.synthetic_dataset_name(size, 0))
     ensure_synthetic(path, size=size, seed=0)
-    ensure_processed(path)
+    ensure_processed(path, size)
     return path
 
 

@@ -215,7 +215,9 @@ def stale_reason(dataset_dir: str | pathlib.Path, size: str) -> str | None:
     sources = processed / SOURCES_FILE
     if not (processed / layout.TRAIN_SESSIONS_FILE).is_file() or not sources.is_file():
         return "not built yet"
-    if json.loads(sources.read_text()) != source_fingerprint(dataset_dir, size):
+    recorded = json.loads(sources.read_text())
+    recorded.pop("_build", None)  # how the build went, not what it was built from
+    if recorded != source_fingerprint(dataset_dir, size):
         return "raw files changed since the last build"
     return None
 
@@ -308,8 +310,11 @@ def _write_all(staging: pathlib.Path, bounds: tuple[int, int, int, int], blocks:
     try:
         for block in blocks:
             writers.consume(block)
-    finally:
+    except BaseException:
         writers.close()
+        shutil.rmtree(staging, ignore_errors=True)  # a failed build leaves no staging directory
+        raise
+    writers.close()
     return writers
 
 
