@@ -43,11 +43,10 @@ def direct_costs(batches: int = 200) -> None:
 
     from storage.load_profile.profiler import LoaderSetup, LoadProfiler
     from common.data.reads import recording
+    from recommendation_v4.bench.loader import open_dataset
     from recommendation_v4.data import layout
-    from recommendation_v4.data.dataset import YambdaSequenceDataset
 
-    data = YambdaSequenceDataset(layout.processed_dir(REPO / "data" / layout.synthetic_dataset_name("small", 0)),
-                                 split="train", history_length=256)
+    data = open_dataset(REPO / "data" / layout.synthetic_dataset_name("small", 0), history_length=256, min_history=5)
     rng = np.random.default_rng(0)
     index_batches = [rng.integers(0, len(data), 128) for _ in range(batches)]
     for idx in index_batches[:20]:

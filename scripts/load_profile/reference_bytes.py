@@ -67,15 +67,15 @@ def retinanet_source():
 
 
 def dlrm_source():
+    from recommendation_v4.bench.loader import open_dataset
     from recommendation_v4.data import layout
-    from recommendation_v4.data.dataset import YambdaSequenceDataset
     from recommendation_v4.data.preprocess import ensure_processed
     from recommendation_v4.data.synthetic import ensure_synthetic
 
     directory = REPO / "data" / layout.synthetic_dataset_name("longhist", 0)
     ensure_synthetic(directory, size="longhist", seed=0)
-    ensure_processed(directory)
-    return YambdaSequenceDataset(layout.processed_dir(directory), split="train", history_length=4096)
+    ensure_processed(directory, "longhist")
+    return open_dataset(directory, history_length=4086)  # the reference's history and anchor floor
 
 
 BENCHMARKS = {"flux": (flux_source, "flux", 8), "retinanet": (retinanet_source, "retinanet", 8),
