@@ -5,7 +5,7 @@ What the object-storage tests and the throttled sweeps read from. Each top-level
 the usual AWS variables (`env()`), never written to a file or printed; `read_mb_s` limits what
 the endpoint sends, shared by all its clients as an object store's front end is: by default with
 `tc` on its loopback port (storage.host.loopback_limit: root, and one limit per machine), or with
-rclone's own `--bwlimit` (`limit_with="rclone"`, no root needed; its token bucket lets 4 MiB
+rclone's own `--bwlimit` (`limit_with="rclone"`, no root needed; its token bucket can let a burst
 through at once, which inflates short runs).
 
     python -m storage.host.object_endpoint serve --root DIR [--port P] [--read-mb-s R]
