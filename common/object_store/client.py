@@ -15,7 +15,6 @@ naming the endpoint (never a credential).
 from __future__ import annotations
 
 import io
-import math
 import os
 import threading
 import time
@@ -38,6 +37,41 @@ _clients_pid = -1
 _clients_lock = threading.Lock()
 
 
+def _recorded(method: str, object_name: str | None, body: bytes | None, query: dict | None) -> tuple[str, int] | None:
+    """The tally's kind and bytes of one HTTP request that minio makes on its own: a page of a listing
+    (a GET of the bucket with a prefix), an upload's PUT (the object, or one part of a multipart upload:
+    its bytes) or POST (a multipart upload's initiate or complete: no object bytes). None for the rest,
+    which the functions below time themselves (GET, ranged GET, HEAD) or do not count."""
+    if object_name is None:
+        listing = method == "GET" and bool(query) and any(k in query for k in ("list-type", "prefix", "delimiter"))
+        return (requests.LIST, 0) if listing else None
+    if method == "PUT":
+        return requests.PUT, len(body or b"")
+    if method == "POST":
+        return requests.PUT, 0
+    return None
+
+
+def _timed_minio():
+    """minio's client with each listing page and each upload request recorded as it is made: a listing is
+    one request per page of up to LIST_PAGE_KEYS keys, each with its own latency, and a multipart upload
+    its initiate, each part with its own bytes, and its complete (parts may go in parallel threads)."""
+    from minio import Minio
+
+    class TimedMinio(Minio):
+        def _execute(self, method, bucket_name=None, object_name=None, body=None, headers=None, query_params=None,
+                     preload_content=True, no_body_trace=False):
+            started = time.perf_counter()
+            response = super()._execute(method, bucket_name, object_name, body, headers, query_params,
+                                        preload_content, no_body_trace)
+            kind = _recorded(method, object_name, body, query_params)
+            if kind is not None:
+                requests.record(kind[0], kind[1], time.perf_counter() - started)
+            return response
+
+    return TimedMinio
+
+
 def _client(endpoint: Endpoint):
     global _clients_pid
     with _clients_lock:
@@ -46,13 +80,12 @@ def _client(endpoint: Endpoint):
             _clients_pid = os.getpid()
         client = _clients.get(endpoint)
         if client is None:
-            from minio import Minio
             from minio.credentials.providers import StaticProvider
 
             credentials = resolve_credentials(endpoint)
-            client = Minio(endpoint.host, secure=endpoint.secure, region=endpoint.region,
-                           credentials=StaticProvider(credentials.access_key, credentials.secret_key,
-                                                      credentials.session_token))
+            client = _timed_minio()(endpoint.host, secure=endpoint.secure, region=endpoint.region,
+                                    credentials=StaticProvider(credentials.access_key, credentials.secret_key,
+                                                               credentials.session_token))
             _clients[endpoint] = client
         return client
 
@@ -126,48 +159,36 @@ def head(endpoint: Endpoint, bucket: str, key: str) -> int | None:
 
 
 def list_objects(endpoint: Endpoint, bucket: str, prefix: str, *, recursive: bool = True) -> list[tuple[str, int]]:
-    """(key, size) of every object under `prefix`, in key order; ceil(n / 1000) LIST requests."""
+    """(key, size) of every object under `prefix`, in key order; one LIST request per page of up to
+    LIST_PAGE_KEYS keys, each recorded with its own latency as it is made."""
     client = _client(endpoint)
-    started = time.perf_counter()
     try:
-        found = [(entry.object_name, int(entry.size or 0))
-                 for entry in client.list_objects(bucket, prefix=prefix, recursive=recursive)
-                 if not entry.is_dir]
+        return [(entry.object_name, int(entry.size or 0))
+                for entry in client.list_objects(bucket, prefix=prefix, recursive=recursive)
+                if not entry.is_dir]
     except Exception as error:
         raise _failure(error, endpoint, bucket, prefix, "LIST") from None
-    pages = max(1, math.ceil(len(found) / LIST_PAGE_KEYS))
-    seconds = time.perf_counter() - started
-    for _ in range(pages):
-        requests.record(requests.LIST, 0, seconds / pages)
-    return found
 
 
 def put_file(endpoint: Endpoint, bucket: str, key: str, path: Path) -> int:
-    """Uploads a local file; multipart in MULTIPART_PART_BYTES parts above that size. Its bytes."""
+    """Uploads a local file; multipart in MULTIPART_PART_BYTES parts above that size (each request
+    recorded as made: an initiate, the parts, a complete). Its bytes."""
     size = path.stat().st_size
     client = _client(endpoint)
-    started = time.perf_counter()
     try:
         with open(path, "rb") as handle:
             client.put_object(bucket, key, handle, length=size, part_size=MULTIPART_PART_BYTES)
     except Exception as error:
         raise _failure(error, endpoint, bucket, key, "PUT") from None
-    # a multipart upload is an initiate, its parts and a complete
-    parts = 1 if size <= MULTIPART_PART_BYTES else math.ceil(size / MULTIPART_PART_BYTES) + 2
-    seconds = time.perf_counter() - started
-    for _ in range(parts):
-        requests.record(requests.PUT, size // parts, seconds / parts)
     return size
 
 
 def put_bytes(endpoint: Endpoint, bucket: str, key: str, data: bytes) -> None:
     client = _client(endpoint)
-    started = time.perf_counter()
     try:
         client.put_object(bucket, key, io.BytesIO(data), length=len(data))
     except Exception as error:
         raise _failure(error, endpoint, bucket, key, "PUT") from None
-    requests.record(requests.PUT, len(data), time.perf_counter() - started)
 
 
 def make_bucket(endpoint: Endpoint, bucket: str) -> None:
