@@ -2,7 +2,7 @@
 
 The endpoint: `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`, else `endpoint_url` in the profile's
 section of the AWS config file (`AWS_CONFIG_FILE`, default ~/.aws/config), else AWS S3 of the
-region. The region: `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's `region`, else us-east-1.
+region; a URL with a `user:password@` part is refused (the URL goes into the run's records). The region: `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's `region`, else us-east-1.
 The profile: `AWS_PROFILE`, else `default`. Credentials: `AWS_ACCESS_KEY_ID` /
 `AWS_SECRET_ACCESS_KEY` (/ `AWS_SESSION_TOKEN`), else the profile in the shared credentials file
 (`AWS_SHARED_CREDENTIALS_FILE`, default ~/.aws/credentials), else the profile in the config file.
@@ -76,10 +76,17 @@ def resolve_endpoint() -> Endpoint:
     profile = os.environ.get("AWS_PROFILE") or "default"
     section = _profile_section(_read_ini(config_file()), profile, config_file=True)
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or section.get("region") or DEFAULT_REGION
-    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or section.get("endpoint_url")
-    if not url:
-        url = f"https://s3.{region}.amazonaws.com"
+    sources = [(os.environ.get("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"),
+               (os.environ.get("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"),
+               (section.get("endpoint_url"), f"endpoint_url of profile {profile!r} in {config_file()}")]
+    url, source = next(((u, s) for u, s in sources if u), (f"https://s3.{region}.amazonaws.com", ""))
     parts = urlsplit(url)
+    if "@" in parts.netloc:
+        # the URL travels into errors, load_profile.json and the exported DLIO workloads: a secret in it
+        # would too, so it is refused (and not repeated here); S3 signs with the credentials, not the URL
+        raise ObjectStoreConfigError(f"the S3 endpoint URL in {source} has a user:password@ part: give the "
+                                     "credentials as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or in the credentials "
+                                     "file) and the URL as http(s)://host[:port]")
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ObjectStoreConfigError(f"the S3 endpoint URL {url!r} (AWS_ENDPOINT_URL / endpoint_url) is not "
                                      "http(s)://host[:port]")

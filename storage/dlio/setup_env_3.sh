@@ -61,19 +61,28 @@ if [[ -n "$source_path" ]]; then
       *.tar|*.tar.gz|*.tgz|*.zip) ;;
       *) fail "DLIO3_SOURCE=$source_path is not a folder nor a .tar/.tar.gz/.tgz/.zip file: point it at $need" ;;
     esac
-    # extracted with python's tarfile/zipfile ("data" filter: no links or paths out of the folder)
-    "$python" - "$source_path" "$work/x" <<'EXTRACT' 2>/dev/null || fail "DLIO3_SOURCE=$source_path could not be extracted (not a readable .tar/.tar.gz/.zip?)"
-import sys, tarfile, zipfile
+    # extracted with python's tarfile/zipfile: tarfile's "data" filter (no links, devices or paths out of
+    # the folder); a python from before extraction filters gets the same rules checked here first, never
+    # an unfiltered extract (a link in the archive would let a later member write anywhere, as root)
+    "$python" - "$source_path" "$work/x" <<'EXTRACT' 2>"$work/extract.err" || fail "DLIO3_SOURCE=$source_path could not be extracted: $(tail -n 1 "$work/extract.err")"
+import posixpath, sys, tarfile, zipfile
 src, dest = sys.argv[1], sys.argv[2]
-if src.endswith(".zip"):
-    with zipfile.ZipFile(src) as z:
-        z.extractall(dest)
-else:
-    with tarfile.open(src) as t:
-        try:
-            t.extractall(dest, filter="data")
-        except TypeError:  # a python from before extraction filters
-            t.extractall(dest)
+try:
+    if src.endswith(".zip"):
+        with zipfile.ZipFile(src) as z:
+            z.extractall(dest)  # zipfile drops absolute paths and '..' and makes no links
+    else:
+        with tarfile.open(src) as t:
+            if hasattr(tarfile, "data_filter"):
+                t.extractall(dest, filter="data")
+            else:
+                for m in t.getmembers():
+                    parts = posixpath.normpath(m.name).split("/")
+                    if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in parts:
+                        sys.exit(f"{m.name!r} is a link, a device or a path out of the folder (refused)")
+                t.extractall(dest)
+except (OSError, tarfile.TarError, zipfile.BadZipFile) as error:
+    sys.exit(f"not a readable .tar/.tar.gz/.zip? ({error})")
 EXTRACT
     if is_checkout "$work/x"; then
       tree="$work/x"

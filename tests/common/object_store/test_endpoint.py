@@ -60,6 +60,19 @@ def test_missing_credentials_and_bad_endpoints_are_named(aws_home, monkeypatch):
         resolve_endpoint()
 
 
+def test_an_endpoint_url_with_a_user_and_password_is_refused_without_repeating_them(aws_home, monkeypatch):
+    for variable in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.setenv(variable, "http://alice:s3cr3t@127.0.0.1:9000")
+        with pytest.raises(ObjectStoreConfigError, match=f"in {variable} has a user:password@ part") as refused:
+            resolve_endpoint()
+        assert "s3cr3t" not in str(refused.value) and "alice" not in str(refused.value)
+        monkeypatch.delenv(variable)
+    (aws_home / "config").write_text("[default]\nendpoint_url = https://bob:hunter2@s3.lab.example\n")
+    with pytest.raises(ObjectStoreConfigError, match="endpoint_url of profile 'default'") as refused:
+        resolve_endpoint()
+    assert "hunter2" not in str(refused.value)
+
+
 def test_object_paths_join_and_name_like_paths(aws_home):
     root = data_location("s3://bucket/data/root/")
     assert isinstance(root, ObjectPath) and str(root) == "s3://bucket/data/root"

@@ -96,3 +96,52 @@ def test_the_storage_reader_runs_only_on_3_0_and_needs_its_env(tmp_path, monkeyp
     with pytest.raises(dlio_env.DlioEnvError, match="DLIO 3.0.x is not installed"):
         replay(run, reader="storage", dlio="3.0")
     assert not (run / "dlio" / "replay-storage-dlio3").exists()
+
+
+def _archive_with_a_link_out(tmp_path: Path, outside: Path) -> Path:
+    """A DLIO-looking .tar whose `dlio_benchmark/out` is a link to `outside`, then a file written through it."""
+    import io
+    import tarfile
+
+    archive = tmp_path / "dlio.tar"
+    with tarfile.open(archive, "w") as tar:
+        # 2.0.0: were it extracted, the script would stop at the version check, before building anything
+        for name, text in (("setup.py", "version='2.0.0'\n"), ("dlio_benchmark/main.py", "")):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+        link = tarfile.TarInfo("dlio_benchmark/out")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        tar.addfile(link)
+        planted = tarfile.TarInfo("dlio_benchmark/out/planted")
+        planted.size = 2
+        tar.addfile(planted, io.BytesIO(b"x\n"))
+    return archive
+
+
+@pytest.mark.parametrize("filters", ["with", "without"])
+def test_an_archive_with_a_link_out_of_the_folder_is_refused_with_or_without_extraction_filters(tmp_path, filters):
+    """A python without tarfile's extraction filters (before 3.11.4) gets the same refusal, not an
+    unfiltered extract that writes through the archive's link (as root, anywhere)."""
+    import sys
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DLIO3_SOURCE", "DLIO3_VENV")}
+    env.update(DLIO3_VENV=str(tmp_path / "venv"), DLIO3_SOURCE=str(_archive_with_a_link_out(tmp_path, outside)))
+    env["PYTHON"] = sys.executable
+    if filters == "without":  # a python whose tarfile predates filters: no data_filter, no filter= argument
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "import tarfile\ndel tarfile.data_filter\n_extractall = tarfile.TarFile.extractall\n"
+            "def extractall(self, path='.', members=None, *, numeric_owner=False, **kwargs):\n"
+            "    if kwargs:\n        raise TypeError('extractall() got an unexpected keyword argument')\n"
+            "    return _extractall(self, path, members, numeric_owner=numeric_owner, filter='fully_trusted')\n"
+            "tarfile.TarFile.extractall = extractall\n")
+        env["PYTHONPATH"] = str(site)
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(errors) == 1 and "could not be extracted" in errors[0], errors
+    assert not (outside / "planted").exists()
+    assert not (tmp_path / "venv").exists()
