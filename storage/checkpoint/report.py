@@ -100,9 +100,11 @@ def lines(summary: dict[str, Any]) -> list[str]:
                    f"{device.get('read_gb_s') or 0:.3f} GB/s (ranks on one host share the page cache)")
     au = summary.get("au")
     if au and "au_factor" in au:
+        saves = len(summary["saves"])
         out.append(f"  AU cost on {au['accelerator']} ({au['seconds_per_step']} s/step), a save every "
-                   f"{au['interval_steps']} steps: each stalls {au['stall_s']:.2f} s of "
-                   f"{au['seconds_between_saves']:.0f} s: AU x {au['au_factor']:.4f}")
+                   f"{au['interval_steps']} steps: each stalls {au['stall_s']:.2f} s (the mean of "
+                   f"{saves} save{'s' if saves != 1 else ''} above) of {au['seconds_between_saves']:.0f} s: "
+                   f"AU x {au['au_factor']:.4f}")
     if summary.get("world_write_gb_s_at_this_save_time"):
         out.append(f"  for every host's save to take as long, the storage takes in "
                    f"{summary['world_write_gb_s_at_this_save_time']:.2f} GB/s from the {summary['world_size']} ranks")
