@@ -4,7 +4,9 @@
 (key, check). `explain` matches them against what the run knows about itself: a recipe other
 than the reference breaks the hyperparameters the closed rules pin, a dataset other than the
 reference breaks the pinned sample counts (and the eval grid laid over them), a run that did not
-reach the target fails the target rule, a preempted run has no run_stop yet. What is left is
+reach the target fails the target rule, a preempted run has no run_stop yet, a run that stopped
+(max_steps) before its first evaluation has no eval_accuracy and no block_stop (the log says so:
+`check_log` hands what it read of the run with the failures, `LogFacts`). What is left is
 unexpected, and means the log could not be submitted for a reason the recipe does not explain.
 
     report = explain(check_log(log, ruleset="6.1.0"), rules=benchmark_rules, facts=RunFacts(...))
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import re
 from pathlib import Path
@@ -25,6 +28,10 @@ DATASET = "dataset"  # pins the reference dataset: expected unless the run uses 
 TARGET = "target"  # the quality target: expected unless the run reached it
 RECIPE = "recipe"  # a pinned hyperparameter: expected unless the run uses the reference recipe
 PREEMPTED = "preempted"  # an event the run logs only when it finishes
+NO_EVALUATION = "no_evaluation"  # the run stopped before its first evaluation: nothing of one is logged
+# what a run that stops before its first evaluation never logs: the evaluation's result and end, and
+# the end of the block (or epoch) of training that the evaluation closes
+_LOGGED_AT_EVALUATION = frozenset({"eval_accuracy", "eval_stop", "block_stop", "epoch_stop"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +67,50 @@ _KIND_HEADINGS = {
     RECIPE: "not the reference recipe",
     TARGET: "target not reached",
     PREEMPTED: "preempted, goes on after a relaunch",
+    NO_EVALUATION: "stopped before its first evaluation",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class LogFacts:
+    """What a log shows of its run, beside the checker's rules."""
+
+    run_stopped: bool  # run_stop is logged: the run ended (it was not preempted)
+    evaluations: int  # eval_start events: evaluations the run began
+    stop_samples: int | None  # run_stop's samples_count, where logged
+
+    @property
+    def stopped_before_first_evaluation(self) -> bool:
+        return self.run_stopped and self.evaluations == 0
+
+
+class LogFailures(list):
+    """check_log's failed rules, (key, check) each, with what the log shows of the run (`log_facts`)."""
+
+    def __init__(self, failures=(), *, log_facts: LogFacts | None = None) -> None:
+        super().__init__(failures)
+        self.log_facts = log_facts
+
+
+def read_log_facts(log: Path) -> LogFacts:
+    """LogFacts of an mllog file (lines `:::MLLOG {json}`; other lines and unreadable ones skipped)."""
+    stopped, evaluations, samples = False, 0, None
+    for line in Path(log).read_text(errors="replace").splitlines():
+        _, marker, payload = line.partition(":::MLLOG ")
+        if not marker:
+            continue
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            continue
+        key = event.get("key") if isinstance(event, dict) else None
+        if key == "eval_start":
+            evaluations += 1
+        elif key == "run_stop":
+            stopped = True
+            count = (event.get("metadata") or {}).get("samples_count")
+            samples = count if isinstance(count, int) else samples
+    return LogFacts(run_stopped=stopped, evaluations=evaluations, stop_samples=samples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +153,8 @@ class ComplianceReport:
 
 _CHECK = re.compile(r"CHECK for '(\w+)' failed in line \d+:.*?failed test:\s*(.+?)\s*$", re.S | re.M)
 _FAILED_CHECKS = re.compile(r"Failed checks for (\w+) : (.+?)\s*$", re.M)
-_REQUIRED = re.compile(r"Required (EXACTLY_ONE|AT_LEAST_ONE) occurrence of '(\w+)'")
+# one event, or alternatives ("'block_stop' or 'eval_stop'", listed in a set's order that changes from run to run)
+_REQUIRED = re.compile(r"Required (EXACTLY_ONE|AT_LEAST_ONE) occurrence of ('\w+'(?: or '\w+')*)")
 
 
 def parse_messages(messages: Sequence[str]) -> list[tuple[str, str]]:
@@ -115,7 +166,8 @@ def parse_messages(messages: Sequence[str]) -> list[tuple[str, str]]:
         elif match := _FAILED_CHECKS.search(message):
             failures.append((match[1], match[2].strip()))
         elif match := _REQUIRED.search(message):
-            failures.append((match[2], "required once" if match[1] == "EXACTLY_ONE" else "required at least once"))
+            key = " or ".join(sorted(re.findall(r"'(\w+)'", match[2])))  # alternatives in one order, every run
+            failures.append((key, "required once" if match[1] == "EXACTLY_ONE" else "required at least once"))
         else:
             failures.append(("log", message.strip().splitlines()[0] if message.strip() else "unreadable"))
     return failures
@@ -131,30 +183,46 @@ def _quiet_root_logger() -> Iterator[None]:
         logging.disable(logging.NOTSET)
 
 
-def check_log(log: Path, *, ruleset: str, usage: str = "training") -> list[tuple[str, str]]:
-    """Runs the official checker on `log`; the failed rules as (key, check), empty when it passes."""
+def check_log(log: Path, *, ruleset: str, usage: str = "training") -> LogFailures:
+    """Runs the official checker on `log`; the failed rules as (key, check), empty when it passes, with
+    what the log shows of the run (LogFailures.log_facts), which `explain` reads."""
     from mlperf_logging.compliance_checker import mlp_compliance
 
     checker = mlp_compliance.make_checker(usage, ruleset, False, False)
     with _quiet_root_logger():
         checker.check_file(str(log), f"{usage}_{ruleset}/common.yaml")
     messages = [*checker.overwritable.values(), *checker.not_overwritable]
-    return parse_messages(messages)
+    try:
+        facts = read_log_facts(log)
+    except OSError:
+        facts = None
+    return LogFailures(parse_messages(messages), log_facts=facts)
 
 
 def explain(
-    failures: Sequence[tuple[str, str]], *, rules: Sequence[KnownRule], facts: RunFacts, ruleset: str, log: str
+    failures: Sequence[tuple[str, str]], *, rules: Sequence[KnownRule], facts: RunFacts, ruleset: str, log: str,
+    log_facts: LogFacts | None = None,
 ) -> ComplianceReport:
+    """`log_facts`: what the log shows of the run; by default what check_log read with the failures."""
+    if log_facts is None:
+        log_facts = getattr(failures, "log_facts", None)
     explained = []
     for key, check in failures:
-        kind, reason = _reason(key, check, rules, facts)
+        kind, reason = _reason(key, check, rules, facts, log_facts)
         explained.append(RuleFailure(key=key, check=check, kind=kind, reason=reason))
     return ComplianceReport(ruleset=ruleset, log=log, failures=tuple(explained))
 
 
-def _reason(key: str, check: str, rules: Sequence[KnownRule], facts: RunFacts) -> tuple[str | None, str | None]:
+def _reason(key: str, check: str, rules: Sequence[KnownRule], facts: RunFacts,
+            log_facts: LogFacts | None = None) -> tuple[str | None, str | None]:
     if check.startswith("required") and facts.preempted:
         return PREEMPTED, "the run logs it when it goes on after a relaunch"
+    if check.startswith("required") and set(key.split(" or ")) <= _LOGGED_AT_EVALUATION and log_facts is not None \
+            and log_facts.stopped_before_first_evaluation and not facts.reached_target:
+        at = "" if log_facts.stop_samples is None else f" (at {log_facts.stop_samples:,} samples)"
+        return NO_EVALUATION, (f"the run stopped{at} before its first evaluation: a run stopped before its first "
+                               "evaluation has no eval_accuracy and no block_stop (its first block ends at that "
+                               "evaluation); the reference's log of such a run lacks them too")
     for rule in rules:
         if rule.key != key or rule.check_contains not in check:
             continue
