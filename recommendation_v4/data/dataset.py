@@ -23,6 +23,7 @@ sample's whole scan window of the three flags, and the history rows' item ids an
 
 from __future__ import annotations
 
+import mmap
 import os
 import pathlib
 from collections.abc import Mapping
@@ -47,6 +48,17 @@ _SECONDS_PER_HOUR = 3_600
 # read at the anchor's position, besides its uid: the candidate, its time, label and organic flag
 ANCHOR_COLUMNS = ("flat_item_ids", "flat_timestamps", "flat_played_ratio", "flat_event_types", "flat_is_organic")
 HISTORY_COLUMNS = ("flat_item_ids", "flat_timestamps")
+# What the batches recorded for the load profile read, added up over the run (storage_description's
+# "read_totals"): samples, events of their scan windows, history events. One row per loader process
+# (the trainer's row 0, worker i's row i + 1) of an anonymous shared page made with the dataset, so
+# the workers forked from the trainer add to what it describes; a pickled copy counts on its own.
+READ_TOTALS = ("samples", "scan_events", "history_events")
+_TOTALS_ROWS = 128
+
+
+def _shared_totals() -> np.ndarray:
+    page = mmap.mmap(-1, _TOTALS_ROWS * len(READ_TOTALS) * 8)  # MAP_SHARED | MAP_ANONYMOUS: shared across fork
+    return np.frombuffer(page, dtype=np.int64).reshape(_TOTALS_ROWS, len(READ_TOTALS))
 
 
 class YambdaDataset(torch.utils.data.Dataset):
@@ -86,6 +98,7 @@ class YambdaDataset(torch.utils.data.Dataset):
         self._cache: cf.FlatEventCache | None = None
         self._positions: Any = None
         self._pid = -1
+        self._read_totals: np.ndarray | None = _shared_totals()
         cache = self.cache
         self.id_rows = {
             "item_id": max(item_maps.num_items, popularity_items),
@@ -115,7 +128,7 @@ class YambdaDataset(torch.utils.data.Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         # never pickle memory maps: numpy would copy the mapped arrays into the pickle
-        return {**self.__dict__, "_cache": None, "_positions": None, "_pid": -1}
+        return {**self.__dict__, "_cache": None, "_positions": None, "_pid": -1, "_read_totals": None}
 
     def _check_entity_tables(self) -> None:
         for table in ("item_id", "artist_id", "album_id", "uid"):
@@ -215,6 +228,11 @@ class YambdaDataset(torch.utils.data.Dataset):
         run_counts = np.diff(np.append(run_starts, rows.size))
         note_arrays_reads([cache.columns[c] for c in HISTORY_COLUMNS], rows[run_starts], run_counts)
         note_records(self.bytes_per_sample(ends - starts, lengths))
+        if self._read_totals is None:  # a pickled copy: counts of its own
+            self._read_totals = _shared_totals()
+        worker = torch.utils.data.get_worker_info()
+        row = self._read_totals[0 if worker is None else 1 + worker.id % (_TOTALS_ROWS - 1)]
+        np.add(row, (lengths.size, int((ends - starts).sum()), int(lengths.sum())), out=row)
 
     def bytes_per_sample(self, scanned: np.ndarray, history_lengths: np.ndarray) -> np.ndarray:
         """Bytes a sample reads with each scan-window length and history length (see _note_reads)."""
@@ -252,7 +270,15 @@ class YambdaDataset(torch.utils.data.Dataset):
             "scan_window": self.scan_window,
             "history_strategy": self.history_strategy,
             "columns": described,
+            # what the recorded batches read so far (READ_TOTALS): with the columns' `per`, the mean scan
+            # window and history a sample read, which its bytes alone cannot tell apart
+            "read_totals": self.read_totals(),
         }
+
+    def read_totals(self) -> dict[str, int]:
+        """READ_TOTALS of the batches recorded for the load profile so far, this process and its workers."""
+        totals = self._read_totals.sum(axis=0) if self._read_totals is not None else np.zeros(len(READ_TOTALS))
+        return {name: int(value) for name, value in zip(READ_TOTALS, totals, strict=True)}
 
     def _data_files(self) -> tuple[int, int]:
         """(count, bytes) of the cache's arrays this run reads: the event columns, the per-user ones and its positions."""

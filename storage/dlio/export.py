@@ -44,6 +44,7 @@ from storage.dlio.mlpstorage_commands import commands_text
 from storage.dlio.object_workload import storage_section
 from storage.dlio.phase_commands import phases_markdown
 from storage.dlio.phase_workloads import phase_workloads, workload_notes
+from storage.dlio.plugin_plan import PIL_CHUNK_BYTES, whole_file_chunk_bytes
 from storage.load_profile.phases import PhaseError, check_phases
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
@@ -102,7 +103,24 @@ def read_profile(run_dir: Path) -> dict[str, Any]:
         check_phases(profile.get("phases"))
     except PhaseError as error:
         raise ExportError(f"{path}: field {error}") from None
+    _check_read_totals(path, profile["dataset"])
     return profile
+
+
+def _check_read_totals(path: Path, dataset: dict[str, Any]) -> None:
+    """A description with scan-window columns needs the run's counts of what its samples read."""
+    columns = dataset.get("columns") or ()
+    if not any(isinstance(c, dict) and c.get("per") == "scan_event" for c in columns):
+        return
+    totals = dataset.get("read_totals")
+    if not isinstance(totals, dict) or not all(isinstance(totals.get(k), int) for k in
+                                               ("samples", "scan_events", "history_events")):
+        raise ExportError(f"{path}: field 'dataset.read_totals' is missing or malformed: a sample's bytes are its "
+                          f"scan window and its history in shares the profile cannot tell apart without the run's "
+                          f"counts (profiles written since the trainer counts them have them); rerun the training")
+    if totals["samples"] <= 0:
+        raise ExportError(f"{path}: field 'dataset.read_totals' counted no sample: the run's recorded batches "
+                          f"did not reach the dataset's counters (loader workers not forked from the trainer?)")
 
 
 # ---------------------------------------------------------------------------- figures
@@ -170,20 +188,76 @@ def _parquet_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], lis
                          + (f" with its {c['npy_header_bytes']} B npy header" if c.get("npy_header_bytes") else "")
                          + (f"; written as {dtype} (same width)" if dtype != c["dtype"] else ""))
         return columns, notes
-    # DLRM: per-sample columns once, history columns once per history event (mean length, measured)
-    per_sample = [c for c in d["columns"] if c["per"] == "sample"]
-    per_event = [c for c in d["columns"] if c["per"] == "history_event"]
-    fixed = sum(_WIDTH[_SAME_WIDTH.get(c["dtype"], c["dtype"])] for c in per_sample)
-    per_event_bytes = sum(_WIDTH[_SAME_WIDTH.get(c["dtype"], c["dtype"])] for c in per_event)
-    history = max((profile["records"]["mean"] - fixed) / per_event_bytes, 0.0)
-    for c in per_sample + per_event:
+    # DLRM: per-sample columns once, scan-window columns once per event of a sample's scan window, history
+    # columns once per history event, at the mean lengths the run read
+    per_sample, per_scan, per_event = ([c for c in d["columns"] if c["per"] == per] for per in _PER_KINDS)
+    fixed, per_scan_bytes, per_event_bytes = (sum(_WIDTH[_SAME_WIDTH.get(c["dtype"], c["dtype"])] for c in group)
+                                              for group in (per_sample, per_scan, per_event))
+    lengths = _event_lengths(profile, fixed=fixed, per_scan_bytes=per_scan_bytes, per_event_bytes=per_event_bytes)
+    for c in per_sample + per_scan + per_event:
         dtype = _SAME_WIDTH.get(c["dtype"], c["dtype"])
-        size = 1 if c["per"] == "sample" else max(1, round(history))
+        size = 1 if c["per"] == "sample" else max(1, round(lengths[c["per"]]))
         columns.append({"name": c["name"], "dtype": dtype, "size": size})
-        notes.append(f"{c['name']}: {c['dtype']} x {size}" + (" (one per history event)" if c["per"] != "sample" else "")
+        notes.append(f"{c['name']}: {c['dtype']} x {size}" + _PER_NOTE[c["per"]]
                      + (f"; written as {dtype} (same width)" if dtype != c["dtype"] else ""))
-    notes.append(f"mean history length read per sample: {history:.1f} events (of at most {d.get('history_length')})")
+    totals = d.get("read_totals")
+    if per_scan:
+        n = totals["samples"]
+        notes.append(f"mean scan window read per sample: {lengths['scan_event']:.1f} events (of at most "
+                     f"{d.get('scan_window')}), mean history length {lengths['history_event']:.1f} events (of at most "
+                     f"{d.get('history_length')}): a record is {fixed} B + {per_scan_bytes} B per scan event + "
+                     f"{per_event_bytes} B per history event, two unknowns; the run counted {totals['scan_events']:,} "
+                     f"scan and {totals['history_events']:,} history events over the {n:,} samples its loader built "
+                     f"(dataset.read_totals: {totals['scan_events'] / n:.1f} and "
+                     f"{totals['history_events'] / n:.1f} per sample), taken in that proportion at the record mean of the {profile['records']['count']:,} "
+                     f"samples the profile recorded, {profile['records']['mean']:,.1f} B"
+                     + (f" (x{lengths['scale']:.4f}: the counts also hold batches built ahead and not delivered "
+                        "when the run stopped)" if abs(lengths["scale"] - 1) > 1e-4 else " (the same samples)"))
+    else:
+        notes.append(f"mean history length read per sample: {lengths['history_event']:.1f} events (of at most "
+                     f"{d.get('history_length')})")
     return columns, notes
+
+
+_PER_KINDS = ("sample", "scan_event", "history_event")
+_PER_NOTE = {"sample": "", "scan_event": " (one per event of the sample's scan window)",
+             "history_event": " (one per history event)"}
+
+
+def _event_lengths(profile: dict[str, Any], *, fixed: int, per_scan_bytes: int,
+                   per_event_bytes: int) -> dict[str, float]:
+    """Mean events per sample of the scan window and of the history. With scan-window columns a record
+    is fixed + per_scan_bytes x scan + per_event_bytes x history, two unknowns: both come from what the
+    run counted (dataset.read_totals). A description without scan columns (older profiles): the history
+    from the record mean."""
+    variable = max(profile["records"]["mean"] - fixed, 0.0)  # a record's bytes beyond the per-sample columns
+    if not per_scan_bytes:
+        return {"scan_event": 0.0, "history_event": variable / per_event_bytes, "scale": 1.0}
+    totals = profile["dataset"]["read_totals"]
+    scan, history = (totals[k] / totals["samples"] for k in ("scan_events", "history_events"))
+    # the counts cover every batch the loader built, the records the batches the profile received: in a
+    # run that stopped with batches prefetched they are other samples; the split is the counts', the
+    # bytes the records' (so record_length_bytes stays the bytes per sample the profile's rates use)
+    counted = per_scan_bytes * scan + per_event_bytes * history
+    scale = variable / counted if counted > 0 else 1.0
+    return {"scan_event": scan * scale, "history_event": history * scale, "scale": scale}
+
+
+def jpeg_read_notes(profile: dict[str, Any], *, dlio_reads: str) -> list[str]:
+    """How the trainer read each JPEG (one read(), or PIL's chunks) and how DLIO's reader and the reader
+    plugin's replay read it; `dlio_reads` says the former. Nothing for other formats."""
+    if profile["dataset"].get("format") != "jpeg":
+        return []
+    per_file = profile["reads"]["count"] / profile["records"]["count"]
+    if whole_file_chunk_bytes(profile):
+        trainer = (f"in {per_file:.2f} read() calls per file on average, PIL's (the reference's): a first read of "
+                   f"the file system's block, the rest of the first {PIL_CHUNK_BYTES:,} B, then {PIL_CHUNK_BYTES:,} B "
+                   "at a time to the end")
+        plugin = "the same calls"
+    else:
+        trainer, plugin = f"whole, one read() of its size ({per_file:.2f} per file)", "one read() of each file's size"
+    return [f"The trainer read each JPEG front to back {trainer}; {dlio_reads}; the reader-plugin replay "
+            f"(python -m storage.dlio replay RUN_DIR --reader plugin) makes {plugin}."]
 
 
 def _header(profile: dict[str, Any], *, what: str, lines: list[str]) -> str:
@@ -254,6 +328,23 @@ def _dataset_size(profile: dict[str, Any], *, scale: float | None, read_threads:
     return files, math.ceil(total / files), how
 
 
+def _shared_events_notes(profile: dict[str, Any]) -> list[str]:
+    """What DLIO's rows cannot express of a DLRM run: samples that share their events."""
+    t = profile["totals"]
+    asked, distinct = t.get("bytes_per_sample") or 0.0, t.get("unique_bytes_per_sample")
+    scans = any(c.get("per") == "scan_event" for c in profile["dataset"].get("columns") or ())
+    shared = "scan windows and history events" if scans else "history events"
+    line = ("The trainer's data is one memory-mapped array per column, every sample reading the same files, and a "
+            f"user's neighbouring samples share their {shared} (a sample's scan window and history overlap its "
+            "neighbours' almost whole). DLIO's parquet rows cannot express that: each row holds its own copy, so a "
+            "storage serving these rows serves the sum of what the samples read")
+    if distinct and asked:
+        line += (f", {asked:,.1f} B per sample, where this run's samples read {distinct:,.1f} B per sample of distinct "
+                 f"bytes (reads.unique_bytes over the samples: {asked / distinct:,.1f}x fewer); the storage under the "
+                 "trainer serves far fewer distinct bytes than the sum")
+    return [line + "."]
+
+
 # samples stored as rows of shared column arrays (npy-columns) become parquet files of this many rows
 COLUMN_ROWS_PER_FILE = 1 << 20
 
@@ -309,8 +400,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         notes += ["parquet columns (size in elements of dtype, payload only):", *[f"  {n}" for n in notes_columns],
                   "Parquet adds its own page and footer overhead on disk, not counted in record_length_bytes."]
     if profile["dataset"]["format"] == "npy-columns":
-        notes.append("The trainer's data is one memory-mapped array per column, every sample reading the same files, "
-                     "and samples share a pool of history events: the parquet form repeats each sample's history.")
+        notes += _shared_events_notes(profile)
     steps = int(profile["totals"]["steps"])
     model_section: dict[str, Any] = {"name": model}
     if ref.model_type:
@@ -344,7 +434,9 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
              f"read_threads {threads}" + (": that DLIO reads 1 as unset and picks min(cpus per rank, 8); run it "
                                           "with DLIO_MAX_AUTO_THREADS=1 to keep one." if threads == 1 else "."),
              f"Published for comparison ({ref.source}): {ref.record_length_bytes} B/sample, batch {ref.batch_size}, "
-             f"computation_time {ref.computation_time}.", *_checkpoint_notes(profile), *compute_notes(profile),
+             f"computation_time {ref.computation_time}.",
+             *jpeg_read_notes(profile, dlio_reads="DLIO's reader reads each file its own way"),
+             *_checkpoint_notes(profile), *compute_notes(profile),
              *workload_notes(profile, model)]
     datagen = {
         "model": model_section,
@@ -532,6 +624,9 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         + ("" if t.get("batch_busy_s") else "; the whole build, this profile has no batch_busy_s")
         + f"), times {spread:.2f}.",
         f"Replay: python -m storage.dlio replay {profile['run_dir']}",
+        *jpeg_read_notes(profile, dlio_reads=f"this workload's DLIO reads each sample's {fmt} file with its own calls "
+                                             "(np.load: not the trainer's chunks)" if fmt == "npy" else
+                         f"this workload's DLIO reads one record per sample ({fmt})"),
         *compute_notes(profile),
         *workload_notes(profile, model),
     ]

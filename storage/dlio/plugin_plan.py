@@ -10,8 +10,12 @@ every global sample index, a list of (file, offset, size): a pure function of (s
 every loader worker, rank and rerun reads the same bytes for the same sample.
 
 Layouts (`layout_of`):
-    whole_file  one file per sample (or per `samples_per_file` samples), read whole: RetinaNet's JPEGs.
-                File i's size is drawn from the histogram, spread over its bucket as JPEG sizes are.
+    whole_file  one file per sample (or per `samples_per_file` samples), read whole, front to back:
+                RetinaNet's JPEGs (dataset.format "jpeg", whatever its reads per sample). File i's size
+                is drawn from the histogram, spread over its bucket as JPEG sizes are: the read sizes'
+                where a file was one read, the samples' (records.log2_histogram) where the trainer read
+                it in several read() calls (PIL's: a block, then to 64 KiB, then 64 KiB at a time;
+                ReadPlan.chunk_bytes), which the replay then makes too.
     shards      the reads of a sample land at random offsets in the one file that holds it: FLUX's
                 Arrow shards, where a sample is a few cells of one shard.
     columns     each read goes to any of the files: DLRM's column arrays, from which every sample
@@ -49,14 +53,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 
 PLAN_FILE = "read_plan.json"  # beside the data's train/ and valid/: DLIO lists only those two
 PLAN_FORMAT = "mlperf-load-read-plan"
-PLAN_VERSION = 2  # 2: access
+PLAN_VERSION = 3  # 2: access; 3: chunk_bytes
 LAYOUTS = ("whole_file", "shards", "columns")
 # How the trainer's loader reads its files (dataset.access in the profile). The kernel serves a
 # small read of a memory-mapped file by faulting in a readahead window around it (a whole shard
@@ -70,6 +74,9 @@ ACCESS_METHODS = ("read", "mmap", "mmap_random")
 # nothing else of the format. indexed_binary names raw byte files, which these are.
 DLIO_FORMAT = "indexed_binary"
 DEFAULT_SEED = 123
+# what PIL's JPEG decoder asks for at a time (ImageFile.decodermaxblock), after the first fill of its
+# buffered reader (the file system's block): RetinaNet's reference reads (retinanet.data.file_read)
+PIL_CHUNK_BYTES = 65536
 FILE_ALIGN = 4096  # shard/column files are whole pages, as any file a writer flushes
 RARE_READ_SHARE = 1e-3  # read-size buckets below this share of reads do not size the files
 # separate random streams: sample reads, file contents and the size sequences must not share draws
@@ -114,8 +121,10 @@ def layout_of(profile: dict[str, Any]) -> str:
     fmt = (profile.get("dataset") or {}).get("format")
     if fmt == "npy-columns":
         return "columns"
+    if fmt == "jpeg":  # a file per sample, read whole front to back, in one read() or several (PIL's chunks)
+        return "whole_file"
     per_file = reads.get("samples_per_file_opened")
-    if round(per_sample) == 1 and (fmt == "jpeg" or (per_file is not None and per_file < 1.5)):
+    if round(per_sample) == 1 and per_file is not None and per_file < 1.5:
         return "whole_file"
     return "shards"
 
@@ -149,9 +158,15 @@ class ReadPlan:
     access: str = "read"  # ACCESS_METHODS; whole_file is always read
     in_file_order: bool = False  # samples taken file after file, in order, cells at their column positions
     # the trainer's streaming windows: once a window's first batch is read (every window_samples
-    # samples), the next window's first `lookahead_samples` samples are read on a thread (0: none)
+    # samples), the next window's first `lookahead_samples` samples are read on a thread (0: none,
+    # as where the loader read nothing ahead: reads_next_window_ahead)
     window_samples: int = 0
     lookahead_samples: int = 0
+    # whole_file: 0 reads a file in one read() of its size; > 0 with PIL's calls, as io.BufferedReader
+    # makes them under it: a first read of the buffer (the file's st_blksize), the rest of the first
+    # chunk_bytes, then chunk_bytes at a time to the end (a short read followed by one that finds
+    # the end); with a block of chunk_bytes or more, block-sized reads throughout
+    chunk_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -311,6 +326,52 @@ def read_in_file_order(profile: dict[str, Any]) -> bool:
     return opened < 0.5 * expected
 
 
+def whole_file_chunk_bytes(profile: dict[str, Any]) -> int:
+    """whole_file: PIL_CHUNK_BYTES where the trainer read each file with PIL's read() calls, else 0
+    (one read per file). The data path's jpeg_reads setting says which where the profile records it
+    ("pil" or "whole", retinanet.data.file_read); otherwise more than one read per sample does."""
+    for setting in profile.get("data_path") or ():
+        if isinstance(setting, dict) and setting.get("name") == "jpeg_reads":
+            return PIL_CHUNK_BYTES if setting.get("value") == "pil" else 0
+    samples = profile["records"]["count"]
+    return PIL_CHUNK_BYTES if samples and profile["reads"]["count"] / samples > 1.05 else 0
+
+
+def chunk_sizes(size: int, block: int, chunk: int) -> list[int]:
+    """The sizes of the read() calls that return data when a file of `size` bytes is read with PIL's
+    calls through a buffered reader of `block` bytes (ReadPlan.chunk_bytes): what the trainer's
+    profile counted per file, and what SampleReader makes."""
+    asks = chunk_requests(block, chunk)
+    sizes, done = [], 0
+    while done < size:
+        n = min(next(asks), size - done)
+        sizes.append(n)
+        done += n
+    return sizes
+
+
+def chunk_requests(block: int, chunk: int) -> Iterator[int]:
+    """The sizes the raw file is asked for, in order, when PIL's decoder reads `chunk` at a time through
+    a buffered reader of `block` bytes (CPython's BufferedReader.readinto: a request larger than the
+    buffer goes straight to the file, a smaller one through a buffer fill)."""
+    block = max(1, int(block))
+    if block >= chunk:  # every chunk the decoder asks for comes out of a buffer fill
+        while True:
+            yield block
+    yield block  # the header parse's first fill
+    yield chunk - block  # the rest of the decoder's first request, straight into its buffer
+    while True:
+        yield chunk
+
+
+def reads_next_window_ahead(profile: dict[str, Any]) -> bool:
+    """Whether the trainer's loader read each next window's first batch ahead, on a thread, once a
+    window's first batch was ready: it had windows (window_batches) and did not turn the read-ahead
+    off (prefetch_next_window False, FLUX's reference config: every batch read when asked for).
+    Profiles from before prefetch_next_window was recorded read ahead: the loader always did then."""
+    return bool(profile.get("window_batches")) and profile.get("prefetch_next_window") is not False
+
+
 def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
                       seed: int = DEFAULT_SEED) -> ReadPlan:
     """The plan for a replay of `samples` samples (steps x batch x ranks) on `world_size` ranks.
@@ -332,10 +393,16 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
     histogram = np.asarray(recorded["size_log2_histogram"], dtype=np.int64)
     if histogram.sum() <= 0:
         raise PlanError("the profile's reads.size_log2_histogram is empty")
+    layout = layout_of(profile)
+    records = profile["records"]
+    chunk = whole_file_chunk_bytes(profile) if layout == "whole_file" else 0
+    mean = recorded["mean_size"]
+    if chunk and sum(records.get("log2_histogram") or ()) > 0:
+        # files read in several calls: a file's size is a sample's bytes, not a read's
+        histogram, mean = np.asarray(records["log2_histogram"], dtype=np.int64), float(records["mean"])
     buckets = np.flatnonzero(histogram)
     weights = histogram[buckets] / histogram.sum()
-    scale = solve_scale(buckets, weights, recorded["mean_size"])
-    layout = layout_of(profile)
+    scale = solve_scale(buckets, weights, mean)
     per_sample = recorded["reads_per_sample"]
     sequential = recorded["sequential_fraction"] or 0.0
     # only a sample's second and later reads can continue its previous one: (r - 1) of every r reads
@@ -372,7 +439,6 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         file_bytes = math.ceil(max(stored, distinct, largest) / FILE_ALIGN) * FILE_ALIGN
     while files <= world_size or (files * per_file) % world_size:
         files += 1
-    records = profile["records"]
     return ReadPlan(
         layout=layout, seed=int(seed), reads_per_sample=1.0 if layout == "whole_file" else per_sample,
         buckets=tuple(int(b) for b in buckets), weights=tuple(float(w) for w in weights), scale=scale,
@@ -381,10 +447,12 @@ def plan_from_profile(profile: dict[str, Any], *, samples: int, world_size: int,
         profile={k: v for k, v in recorded.items()}, access="read" if layout == "whole_file" else access_of(profile),
         in_file_order=layout != "whole_file" and in_order,
         # only where the files are read in order does it matter when a batch is read: the look-ahead
-        # reads the next window's shard while the current one is cached (FLUX), a stall it saves
+        # reads the next window's shard while the current one is cached (FLUX), a stall it saves;
+        # a loader that read nothing ahead (prefetch_next_window False) is replayed without it
         window_samples=int(profile["window_batches"]) * int(profile["batch_size"])
-        if in_order and profile.get("window_batches") else 0,
-        lookahead_samples=int(profile["batch_size"]) if in_order and profile.get("window_batches") else 0)
+        if in_order and reads_next_window_ahead(profile) else 0,
+        lookahead_samples=int(profile["batch_size"]) if in_order and reads_next_window_ahead(profile) else 0,
+        chunk_bytes=chunk)
 
 
 # ---------------------------------------------------------------------------- data

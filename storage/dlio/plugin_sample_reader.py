@@ -12,6 +12,7 @@ that imports numpy only) and nothing else: DLIO's environment imports it in ever
 from __future__ import annotations
 
 import dataclasses
+import io
 import mmap
 import os
 import threading
@@ -21,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from common.data.reads import SIZE_BUCKETS, size_histogram
-from storage.dlio.plugin_plan import PlanError, ReadPlan
+from storage.dlio.plugin_plan import PlanError, ReadPlan, chunk_requests
 
 COUNT_FIELDS = ("samples", "reads", "requested_bytes", "bytes", "sequential", "random", "first_touch")
 COUNTS_DIR = "plugin_reads"  # in DLIO's output folder: one pair of files per reading process
@@ -113,7 +114,8 @@ class SampleReader:
     shards/columns keep every file open once touched, as the trainers keep their shards and
     columns mapped, and read it as the plan's access says (pread, or copies out of a mapping that
     has the kernel's readahead or MADV_RANDOM); whole_file opens, reads and closes a file per
-    sample, as a JPEG loader does.
+    sample, as a JPEG loader does: in one read() of its size, or with PIL's read() calls where the
+    plan has chunk_bytes (the first of the file system's block size, as Python's open() picks it).
     Reads are judged as common.data.reads judges the trainer's: per process and file, a
     process's first read of a file apart, then sequential when it starts where the previous ended."""
 
@@ -170,20 +172,39 @@ class SampleReader:
         np.copyto(np.frombuffer(self._view(source.size), dtype=np.uint8), source)
         return int(source.size)
 
-    def _whole_file(self, index: int) -> tuple[int, int]:
-        # open + fstat + read to the end, the calls a loader makes to read a JPEG
+    def _whole_file(self, index: int) -> list[int]:
+        """open + fstat + read to the end, the calls a loader makes to read a JPEG; the sizes of the
+        read() calls that returned data (one, or PIL's chunks: plan.chunk_bytes)."""
         fd = os.open(self.paths[index], os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
-            view, got = self._view(size), 0
-            while got < size:
-                n = os.readv(fd, [view[got:]])
+            stat = os.fstat(fd)
+            size, chunk = stat.st_size, self.plan.chunk_bytes
+            if not chunk:
+                view, got, sizes = self._view(size), 0, []
+                while got < size:
+                    n = os.readv(fd, [view[got:]])
+                    if n <= 0:
+                        break
+                    sizes.append(n)
+                    got += n
+                return sizes
+            # what open() makes the buffer (io.open: st_blksize, else the default): its first fill
+            block = stat.st_blksize if stat.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+            asks = chunk_requests(block, chunk)
+            view = self._view(size + max(chunk, block))  # room for a last request of a whole chunk
+            got, sizes = 0, []
+            while True:
+                ask = next(asks)
+                n = os.readv(fd, [view[got:got + ask]])
                 if n <= 0:
                     break
+                sizes.append(n)
                 got += n
+                if got >= size and got % chunk == 0:
+                    break  # the decoder's last request was filled: no read looks past the end
         finally:
             os.close(fd)
-        return size, got
+        return sizes
 
     def _read_ahead(self, first: int) -> None:
         """The next window's first samples, read on a thread as the trainer's loader prepares them."""
@@ -230,8 +251,11 @@ class SampleReader:
         files, offsets, sizes = self.plan.sample_reads(sample, home)
         returned = sequential = random = first = 0
         if self.plan.layout == "whole_file":
-            sizes = sizes.copy()
-            sizes[0], returned = self._whole_file(int(files[0]))
+            # the read() calls that returned data, front to back (an empty file: one read of 0 bytes)
+            sizes = np.asarray(self._whole_file(int(files[0])) or [0], dtype=np.int64)
+            returned = int(sizes.sum())
+            files = np.full(sizes.size, files[0], dtype=np.int64)
+            offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         for j in range(files.size):
             f, off, size = int(files[j]), int(offsets[j]), int(sizes[j])
             if self.plan.layout != "whole_file":

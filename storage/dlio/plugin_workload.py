@@ -102,7 +102,12 @@ def plugin_workload(profile: dict[str, Any], *, seed: int = DEFAULT_SEED) -> tup
         + (" on average, spread over its bucket" if plan.spread else "")
         + f"; read by {plan.access}" + ("; samples in file order (sample_shuffle off), as the trainer read "
                                         f"{recorded['files_opened']} of {profile['dataset'].get('files')} files"
-                                        if plan.in_file_order else "") + ".",
+                                        if plan.in_file_order else "")
+        + (f"; once a window's first batch is read (every {plan.window_samples} samples), the next window's first "
+           f"{plan.lookahead_samples} are read ahead on a thread, as the trainer's loader did" if plan.window_samples
+           else "; nothing read ahead of the batch asked for, as the trainer's loader (prefetch_next_window False)"
+           if plan.in_file_order and profile.get("prefetch_next_window") is False else "") + ".",
+        *_whole_file_lines(plan, recorded),
         f"format {DLIO_FORMAT}: only the suffix DLIO lists the files by; the plugin reads them, and "
         f"record_length {dataset['record_length']} is the bytes a sample reads (DLIO's nominal MB/s).",
         "Everything else is export's dlio-2.0.0 workload: " + ", ".join(f"{k} {body['reader'][k]}" for k in
@@ -114,6 +119,20 @@ def plugin_workload(profile: dict[str, Any], *, seed: int = DEFAULT_SEED) -> tup
                                                  *lines])
     text = header + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100)
     return name, text, plan
+
+
+def _whole_file_lines(plan: ReadPlan, recorded: dict[str, Any]) -> list[str]:
+    """How a whole_file replay reads each file: the trainer's chunks, or whole."""
+    if plan.layout != "whole_file":
+        return []
+    if plan.chunk_bytes:
+        return [f"Each file is read front to back with PIL's read() calls, as the trainer read it "
+                f"({recorded['reads_per_sample']:.2f} per sample): a first read of the file system's block "
+                f"(st_blksize, what Python's open() buffers), the rest of the first {plan.chunk_bytes:,} B, then "
+                f"{plan.chunk_bytes:,} B at a time to the end and a read that finds it; the files' sizes are drawn "
+                f"from the samples' sizes (records), the read sizes are what those calls return."]
+    return [f"Each file is read whole in one read() of its size, as the trainer read it "
+            f"({recorded['reads_per_sample']:.2f} reads per sample)."]
 
 
 def write_plugin_workload(run_dir: Path, *, seed: int = DEFAULT_SEED) -> PluginWorkload:

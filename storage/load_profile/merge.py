@@ -140,7 +140,9 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
         "reader_workers": setup["num_workers"],
         "prefetch_factor": setup["prefetch_factor"],
         "batches_in_flight": setup["num_workers"] * setup["prefetch_factor"],
-        "window_batches": setup.get("window_batches"),  # each next window's first batch is read ahead
+        "window_batches": setup.get("window_batches"),  # batches per streaming window (None: no windows)
+        # whether each next window's first batch is read ahead (None: not recorded, as in older profiles)
+        "prefetch_next_window": setup.get("prefetch_next_window"),
         "start_step": first["start_step"],
         "totals": {
             "steps": ranks[0]["steps"],

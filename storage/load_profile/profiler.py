@@ -42,10 +42,12 @@ class LoaderSetup:
     global_batch_size: int
     num_workers: int
     prefetch_factor: int
-    # batches per streaming window, where the loader reads each next window's first batch ahead on
-    # its own thread once a window's first batch is ready (common.data.loader.StreamingLoader);
-    # None: no windows
+    # batches per streaming window (common.data.loader.StreamingLoader); None: no windows
     window_batches: int | None = None
+    # whether the loader reads each next window's first batch ahead, on its own thread, once a
+    # window's first batch is ready (StreamingLoader.prefetch_next_window; False at FLUX's reference
+    # config: nothing is read ahead); None: not recorded (a loader without the attribute)
+    prefetch_next_window: bool | None = None
 
 
 def _file_id(path: str) -> int:
@@ -78,7 +80,9 @@ class LoadProfiler:
         self.build_s = array.array("d")
         self.busy_s: array.array | None = array.array("d")  # None once a batch could not measure it
         self.files: set[int] = set()
-        self.file_sizes: dict[int, int | None] = {}  # of the files opened: what a readahead may bring in whole
+        # the files opened, by id: their sizes (what a readahead may bring in whole) are taken in part(),
+        # after the run: a stat per new file inside it would be a file-system call the trainer never makes
+        self.file_paths: dict[int, str] = {}
         self.ranges = ByteRanges()
         self.requests = RequestTally()  # object-store requests (s3:// data)
         self.worker_io: dict[int, tuple[int, int] | None] = {}
@@ -105,7 +109,7 @@ class LoadProfiler:
             file_id = _file_id(path)
             if file_id not in self.files:
                 self.files.add(file_id)
-                self.file_sizes[file_id] = _file_size(path)
+                self.file_paths[file_id] = path
         self.ranges.update(reads.ranges)
         if reads.requests is not None:
             self.requests.merge(reads.requests)
@@ -141,8 +145,11 @@ class LoadProfiler:
 
     def part(self, *, block_device: dict[str, Any] | None = None) -> dict[str, Any]:
         """This rank's share; `block_device` is what storage.load_profile.block_device.DeviceReads
-        measured (None: not measured, as when the profiler is used outside a ProfileSession)."""
+        measured (None: not measured, as when the profiler is used outside a ProfileSession). Called
+        once the run's steps are over: the sizes of the files opened are taken here, one stat each
+        (None for a file gone since, or an object)."""
         walls = self._walls()
+        files = sorted(self.files)
         main_io, start = process_io(), self._main_io_start
         main_delta = None if main_io is None or start is None else (main_io[0] - start[0], main_io[1] - start[1])
         workers = {str(pid): io for pid, io in self.worker_io.items() if pid != os.getpid()}
@@ -171,8 +178,8 @@ class LoadProfiler:
                 "first_touch": self.first_touch,
                 "build_s": list(self.build_s),
                 "busy_s": None if self.busy_s is None else list(self.busy_s),
-                "file_ids": sorted(self.files),
-                "file_sizes": [self.file_sizes.get(f) for f in sorted(self.files)],
+                "file_ids": files,
+                "file_sizes": [_file_size(self.file_paths[f]) for f in files],
                 "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered
                 "object_requests": self.requests.to_json() if self.requests.total else None,
             },

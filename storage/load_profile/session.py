@@ -11,6 +11,12 @@ Each rank's storage phases (common.data.phases: a cache build, a window's scan) 
 rank 0 writes them and the data path's settings beside the reference's (common.data.fidelity) into
 the profile, with a `[load]` line each (storage.load_profile.phases).
 
+The loader's setup goes into the profile as configured (workers, prefetch, whether each next window's
+first batch is read ahead: `prefetch_next_window`). The training source's storage description is
+taken when the session starts; a source that counts what its recorded batches read (DLRM-HSTU's
+`read_totals`: samples, scan-window and history events) is described again at `finish`, and the
+ranks' counts are added up.
+
 Given the data directories, it also snapshots the block devices under them when the loop begins
 and again at `finish` (storage.load_profile.block_device). Given a compute maker
 (storage.compute.run_section), rank 0 adds the run's compute load as the profile's `compute`.
@@ -46,14 +52,17 @@ class ProfileSession(LoopObserver):
         self.data_path = list(data_path)
         self.compute = compute  # the compute section's maker (storage.compute.run_section), rank 0 only
         self.rank = rank
+        ahead = getattr(loader, "prefetch_next_window", None)
         setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
                             num_workers=int(getattr(loader, "num_workers", 0)),
-                            prefetch_factor=int(getattr(loader, "prefetch_factor", 0)))
+                            prefetch_factor=int(getattr(loader, "prefetch_factor", 0)),
+                            prefetch_next_window=None if ahead is None else bool(ahead))
         self.profiler = LoadProfiler(rank=rank, world_size=world_size, device=device, setup=setup, start_step=start_step)
         self.loader = loader
         loader.reads_sink = self.profiler.batch
         describe = getattr(loader.source, "storage_description", None)
-        self.dataset = describe() if callable(describe) else None
+        self.describe = describe if callable(describe) else None
+        self.dataset = self.describe() if self.describe is not None else None
         self.devices = DeviceReads(data_dirs)
 
     def loop_begins(self, progress: TrainingProgress) -> None:
@@ -85,6 +94,7 @@ class ProfileSession(LoopObserver):
             self.profiler.setup = dataclasses.replace(self.profiler.setup, window_batches=int(sizes[min(sizes)]))
         part = self.profiler.part(block_device=self.devices.part())
         part["phases"] = self._own_phases()
+        part["read_totals"] = self._read_totals()
         parts = gather_objects(part)
         if self.rank != 0:
             return None
@@ -92,6 +102,7 @@ class ProfileSession(LoopObserver):
             print("[load] no training step ran in this launch: no load profile written", flush=True)
             return None
         try:  # a measurement: whatever goes wrong here never fails a run that trained
+            self._add_read_totals(parts)
             profile = merge(parts, benchmark=self.benchmark, run_dir=str(self.run_dir), config_file=self.config_file,
                             dataset=self.dataset, data_path=data_path_section(self.data_path))
             self._add_compute(profile)
@@ -110,6 +121,28 @@ class ProfileSession(LoopObserver):
         print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
               f"export: python -m storage.dlio export {self.run_dir}", flush=True)
         return profile
+
+    def _read_totals(self) -> dict[str, int] | None:
+        """This rank's dataset.read_totals at the end of the run: a source whose description counts what
+        its recorded batches read (DLRM-HSTU's samples, scan-window and history events) is described
+        again now; its description at the start, before any batch, counted nothing."""
+        if not isinstance(self.dataset, dict) or "read_totals" not in self.dataset:
+            return None
+        try:  # a measurement: never a reason for a trained run to fail
+            totals = self.describe().get("read_totals")
+        except Exception as error:  # noqa: BLE001
+            print(f"[load] rank {self.rank}: dataset.read_totals not recorded: {type(error).__name__}: {error}",
+                  flush=True)
+            return None
+        return dict(totals) if isinstance(totals, dict) else None
+
+    def _add_read_totals(self, parts: list[dict[str, Any]]) -> None:
+        """dataset.read_totals summed over the ranks (None where a rank could not count them)."""
+        if not isinstance(self.dataset, dict) or "read_totals" not in self.dataset:
+            return
+        totals = [p.get("read_totals") for p in parts]
+        self.dataset = {**self.dataset, "read_totals": None if any(t is None for t in totals) else
+                        {key: sum(int(t.get(key, 0)) for t in totals) for key in totals[0]}}
 
     def _own_phases(self) -> list[dict[str, Any]]:
         try:  # before the collective: a rank whose phases cannot be read still takes its part in it

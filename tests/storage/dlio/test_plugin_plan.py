@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from common.data.reads import size_histogram
-from storage.dlio.plugin_plan import (PLAN_FILE, PlanError, ReadPlan, access_of, data_file_names, histogram_match,
-                                      layout_of, plan_from_profile, profile_reads, read_in_file_order, solve_scale,
-                                      write_data)
+from storage.dlio.plugin_plan import (PIL_CHUNK_BYTES, PLAN_FILE, PlanError, ReadPlan, access_of, chunk_sizes,
+                                      data_file_names, histogram_match, layout_of, plan_from_profile, profile_reads,
+                                      read_in_file_order, solve_scale, whole_file_chunk_bytes, write_data)
 from storage.dlio.plugin_sample_reader import ReadCounts, SampleReader, collect_counts
 from storage.host.page_cache import evict, resident_bytes
 from tests.environment import unavailable
@@ -254,6 +254,92 @@ def test_each_window_reads_the_next_windows_first_batch_ahead(profiles, tmp_path
     assert plan_from_profile(profiles["flux"], samples=8, world_size=1).window_samples == 0
     assert plan_from_profile({**profiles["recommendation_v4"], "window_batches": 3}, samples=8,
                              world_size=1).window_samples == 0
+
+
+def test_a_loader_that_reads_nothing_ahead_is_replayed_without_the_look_ahead(profiles, tmp_path):
+    """FLUX's reference config (StreamingLoader(prefetch_next_window=False)): every batch is read when
+    asked for, windows or not; the replay reads nothing ahead either. Read ahead (True) and profiles
+    from before the loader's setting was recorded (no field) keep the look-ahead."""
+    windows = {**profiles["flux"], "window_batches": 3}
+    for recorded in (True, None):
+        profile = windows if recorded is None else {**windows, "prefetch_next_window": recorded}
+        plan = plan_from_profile(profile, samples=STEPS * BATCH, world_size=1)
+        assert (plan.window_samples, plan.lookahead_samples) == (3 * BATCH, BATCH), recorded
+    plan = plan_from_profile({**windows, "prefetch_next_window": False}, samples=STEPS * BATCH, world_size=1)
+    assert (plan.window_samples, plan.lookahead_samples) == (0, 0)
+    write_data(plan, tmp_path)
+    reader = SampleReader(plan, sorted((tmp_path / "train").iterdir()))
+    for g in range(plan.files * plan.samples_per_file):
+        reader.read(g, g // plan.samples_per_file)
+    reader.close()
+    assert reader.ahead_counts is None  # no thread read anything ahead
+    assert reader.counts.summary()["samples"] == plan.files * plan.samples_per_file
+    from storage.dlio.plugin_workload import plugin_workload
+
+    assert "nothing read ahead of the batch asked for" in plugin_workload({**windows, "prefetch_next_window": False})[1]
+    assert "are read ahead on a thread" in plugin_workload(windows)[1]
+
+
+@pytest.mark.parametrize("size", [0, 100, 4096, 5000, 65536, 70000, 3 * 65536, 334_000])
+def test_the_replay_reads_a_jpeg_with_the_calls_pil_makes(tmp_path, size):
+    """SampleReader's chunked whole-file read returns data in the very read() calls RetinaNet's reader
+    (retinanet.data.file_read.read_as_pil, PIL's calls through Python's buffered reader) makes."""
+    from retinanet.data.file_read import read_as_pil
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(np.random.default_rng(size).bytes(size))
+    block = os.stat(path).st_blksize
+    _, ranges = read_as_pil(path)
+    trainer = [n for _, n in ranges]
+    assert trainer == chunk_sizes(size, block, PIL_CHUNK_BYTES)
+    plan = ReadPlan(layout="whole_file", seed=1, reads_per_sample=1.0, buckets=(12,), weights=(1.0,), scale=1.0,
+                    spread=False, continue_p=0.0, files=1, samples_per_file=1, file_bytes=0, profile={},
+                    chunk_bytes=PIL_CHUNK_BYTES)
+    reader = SampleReader(plan, [path])
+    assert reader._whole_file(0) == trainer
+    reader.read(0, 0)
+    counts = reader.counts.summary()
+    assert counts["reads"] == max(len(trainer), 1) and counts["bytes"] == size
+    assert counts["sequential"] == max(len(trainer) - 1, 0) and counts["first_touch"] == 1
+    reader.close()
+
+
+def test_jpegs_read_in_pils_calls_are_whole_files_replayed_in_the_same_calls(tmp_path):
+    """RetinaNet at its reference config reads a JPEG in ~6-8 read() calls (PIL's chunks): still one
+    whole file per sample, front to back. The plan draws the files' sizes from the samples' sizes and
+    reads each in the same calls, so the replay's reads per sample, sizes and bytes are the run's."""
+    profile = workload_profile("retinanet", jpeg_reads="pil", data_path=True)
+    recorded = profile_reads(profile)
+    assert 4 < recorded["reads_per_sample"] < 12
+    assert layout_of(profile) == "whole_file"
+    plan = plan_from_profile(profile, samples=STEPS * BATCH, world_size=1)
+    assert plan.layout == "whole_file" and plan.chunk_bytes == PIL_CHUNK_BYTES and plan.spread
+    assert plan.files == STEPS * BATCH  # one file per sample
+    replayed = _replay_reads(plan, tmp_path)
+    assert replayed["files_opened"] == replayed["samples"] == STEPS * BATCH
+    assert replayed["bytes_per_sample"] == pytest.approx(recorded["bytes_per_sample"], rel=0.05)
+    block = os.stat(tmp_path / "train" / data_file_names(plan)[0]).st_blksize
+    if block == 4096:  # the profile's trainer read 4 KiB blocks: on the same block size, the same calls
+        assert replayed["reads_per_sample"] == pytest.approx(recorded["reads_per_sample"], rel=0.1)
+        match = histogram_match(recorded["size_log2_histogram"], replayed["size_log2_histogram"])
+        assert match["within_one_bin"], match
+    # every read after a file's first continues it, in the run and in the replay
+    assert recorded["sequential_fraction"] == replayed["sequential_fraction"] == 1.0
+    # which reads: the data path's jpeg_reads where recorded, else the reads per sample
+    assert whole_file_chunk_bytes(profile) == PIL_CHUNK_BYTES
+    assert whole_file_chunk_bytes({**profile, "data_path": []}) == PIL_CHUNK_BYTES
+    whole = workload_profile("retinanet", jpeg_reads="whole", data_path=True)
+    assert whole_file_chunk_bytes(whole) == 0 == whole_file_chunk_bytes({**whole, "data_path": []})
+    assert plan_from_profile(whole, samples=8, world_size=1).chunk_bytes == 0
+    # the export's notes say how the trainer read, how DLIO's own reader reads, and how the plugin replays
+    from storage.dlio.export import dlio_2_workload, mlperf_storage_workloads
+    from storage.dlio.plugin_workload import plugin_workload
+
+    assert "with PIL's read() calls, as the trainer read it" in plugin_workload(profile)[1]
+    assert "read whole in one read() of its size" in plugin_workload(whole)[1]
+    generic = dlio_2_workload(profile)[1]
+    assert "PIL's (the reference's)" in generic and "np.load: not the trainer's chunks" in generic
+    assert "makes the same calls" in mlperf_storage_workloads(profile)["retinanet_measured.yaml"]
 
 
 def _pages_after_one_small_read(path, access: str) -> int:

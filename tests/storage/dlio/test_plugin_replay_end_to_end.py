@@ -21,11 +21,12 @@ pytestmark = pytest.mark.slow
 RANKS = {"retinanet": 2, "flux": 1, "recommendation_v4": 1}  # one run under mpiexec, as a multi-GPU profile
 
 
-@pytest.mark.parametrize("benchmark", BENCHMARKS)
-def test_the_plugin_replay_reads_what_the_profile_recorded(dlio_env, tmp_path, benchmark):
+@pytest.mark.parametrize("benchmark,jpeg_reads", [*((b, "whole") for b in BENCHMARKS), ("retinanet", "pil")])
+def test_the_plugin_replay_reads_what_the_profile_recorded(dlio_env, tmp_path, benchmark, jpeg_reads):
+    """jpeg_reads "pil": RetinaNet's reference reads, each JPEG in PIL's read() calls, replayed in them."""
     run = tmp_path / "run"
     run.mkdir()
-    write_profile(run, workload_profile(benchmark, world_size=RANKS[benchmark]))
+    write_profile(run, workload_profile(benchmark, world_size=RANKS[benchmark], jpeg_reads=jpeg_reads))
 
     result = replay(run, reader="plugin")
 

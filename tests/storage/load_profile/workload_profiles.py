@@ -1,6 +1,9 @@
 """Load profiles shaped like the three trainers' reads, built through the real profiler and merge.
 
-    retinanet  one whole JPEG per sample, sizes spread over 2-40 KB
+    retinanet  one whole JPEG per sample, sizes spread over 2-40 KB, in one read() (jpeg_reads="whole");
+               with jpeg_reads="pil" files of 40 KB-1.5 MB read with PIL's calls (a 4 KiB block, the rest
+               of the first 64 KiB, then 64 KiB at a time: ~6 per file), as RetinaNet reads at its
+               reference config
     flux       four cells per sample (a 256 B CLIP vector, three 8,320 B arrays) at their places in
                the sample's Arrow shard
     dlrm       eight anchor elements (1-8 B) and three history slices (4 or 8 B x 1-60 events) per
@@ -30,6 +33,18 @@ DLRM_ROWS, DLRM_EVENTS, DLRM_HISTORY_MAX = 4096, 50_000, 60
 def _retinanet_sample(rng: np.random.Generator, index: int) -> list[tuple[str, int, int]]:
     size = int(np.clip(rng.lognormal(np.log(11_000), 0.6), 2_000, 40_000))
     return [(f"/data/retinanet/img{index:05d}.jpg", 0, size)]
+
+
+PIL_BLOCK = 4096  # the trainer's file system block: its buffered reader's first fill
+
+
+def _retinanet_pil_sample(rng: np.random.Generator, index: int) -> list[tuple[str, int, int]]:
+    from storage.dlio.plugin_plan import PIL_CHUNK_BYTES, chunk_sizes
+
+    size = int(np.clip(rng.lognormal(np.log(300_000), 0.5), 40_000, 1_500_000))
+    sizes = chunk_sizes(size, PIL_BLOCK, PIL_CHUNK_BYTES)
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return [(f"/data/retinanet/img{index:05d}.jpg", int(o), n) for o, n in zip(offsets, sizes, strict=True)]
 
 
 def _flux_sample(rng: np.random.Generator, index: int) -> list[tuple[str, int, int]]:
@@ -75,13 +90,13 @@ def _dataset(benchmark: str) -> dict:
             "events": DLRM_EVENTS, "history_length": DLRM_HISTORY_MAX, "columns": columns}
 
 
-def _rank_part(benchmark: str, rank: int, world_size: int, steps: int) -> dict:
+def _rank_part(benchmark: str, rank: int, world_size: int, steps: int, jpeg_reads: str = "whole") -> dict:
     profiler = LoadProfiler(rank=rank, world_size=world_size, device="cpu",
                             setup=LoaderSetup(batch_size=BATCH, global_batch_size=BATCH * world_size, num_workers=1,
                                               prefetch_factor=2))
     forget_access_history()  # each rank is a process of its own
     rng = np.random.default_rng(rank)
-    make = SAMPLES[benchmark]
+    make = _retinanet_pil_sample if benchmark == "retinanet" and jpeg_reads == "pil" else SAMPLES[benchmark]
     for step in range(steps):
         with recording() as built:
             for i in range(BATCH):
@@ -96,8 +111,15 @@ def _rank_part(benchmark: str, rank: int, world_size: int, steps: int) -> dict:
     return profiler.part()
 
 
-def workload_profile(benchmark: str, *, world_size: int = 1, steps: int = STEPS) -> dict:
-    """A profile of `benchmark`'s reads (see the module doc), `steps` steps on `world_size` ranks."""
-    parts = [_rank_part(benchmark, rank, world_size, steps) for rank in range(world_size)]
+def workload_profile(benchmark: str, *, world_size: int = 1, steps: int = STEPS, jpeg_reads: str = "whole",
+                     data_path: bool = False) -> dict:
+    """A profile of `benchmark`'s reads (see the module doc), `steps` steps on `world_size` ranks;
+    `data_path`: RetinaNet's jpeg_reads setting recorded in the profile's data path, as the trainer does."""
+    from common.data.fidelity import DataPathSetting
+    from storage.load_profile.phases import data_path_section
+
+    parts = [_rank_part(benchmark, rank, world_size, steps, jpeg_reads) for rank in range(world_size)]
+    settings = [DataPathSetting("jpeg_reads", jpeg_reads, "pil", "retinanet.DataConfig.jpeg_reads")] \
+        if data_path and benchmark == "retinanet" else []
     return merge(parts, benchmark=benchmark, run_dir=f"/runs/{benchmark}", config_file="debug.gin",
-                 dataset=_dataset(benchmark))
+                 dataset=_dataset(benchmark), data_path=data_path_section(settings))
