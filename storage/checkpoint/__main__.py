@@ -11,7 +11,10 @@ do (write K, read K), through the real DCP writer and checkpoint manager, withou
     --accelerator b200              the compute time the AU cost is stated for (the spec's CSV)
 
 Prints a table and writes checkpoint.json (and plan/, the plan it used) into --out. Exit 2 on a
-bad argument or a checkpoint that does not fit the disk, 5 when a save fails.
+bad argument or a checkpoint that does not fit the disk, 5 when a save fails. --root is new or empty
+the first time: the command keeps its last N saves there and prunes the rest, so a folder holding
+anything it did not write (a trainer's checkpoints) is refused; it marks the folder as its own
+(.mlperf-storage-checkpoint) for later runs.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from storage.host.throttle import ThrottledStorage
 
 MIB = 1 << 20
 _SLACK_BYTES = 256 * MIB  # file system metadata and the JSON files beside the data
+# in --root, once this command has written there: the checkpoints beside it are its own to prune
+ROOT_MARKER = ".mlperf-storage-checkpoint"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +68,23 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(message: str, code: int = 2) -> int:
     print(f"[checkpoint] error: {message}", file=sys.stderr)
     return code
+
+
+def _root_refusal(root: Path) -> str | None:
+    """Why --root cannot take this command's checkpoints: it keeps the last N and prunes the rest, so a
+    folder holding anything it did not write (a trainer's checkpoints, a run directory) is refused."""
+    if root.exists() and not root.is_dir():
+        return f"--root {root}: not a folder"
+    if root.is_dir() and not (root / ROOT_MARKER).is_file() and any(root.iterdir()):
+        return (f"--root {root} holds files this command did not write there (it would prune and overwrite "
+                "checkpoints in it, a trainer's too): give an empty or new folder")
+    return None
+
+
+def _claim_root(root: Path) -> None:
+    """--root made, and marked as this command's (every host of a shared --root writes the same marker)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ROOT_MARKER).write_text(json.dumps({"written_by": "python -m storage.checkpoint"}) + "\n")
 
 
 def _plan(args: argparse.Namespace, world_size: int, folder: Path) -> CheckpointPlan:
@@ -129,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("give --root DIR, or --device-gib N for a throttled loop device (one of them)")
     if args.saves < 1 or args.restores < 0 or args.keep_last_n < 1:
         return _fail("--saves must be >= 1, --restores >= 0, --keep-last-n >= 1")
+    refusal = _root_refusal(args.root) if args.root is not None else None
+    if refusal:  # before the plan, which takes minutes
+        return _fail(refusal)
     world = args.world_size or workload.reference_world_size
     per_node = args.ranks_per_node or workload.ranks_per_node
     try:
@@ -174,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.work_dir is None:
                 shutil.rmtree(work, ignore_errors=True)
     else:
-        args.root.mkdir(parents=True, exist_ok=True)
+        _claim_root(args.root)
         free = shutil.disk_usage(args.root).free
         if need > free:
             return _fail(f"the saves need {need / GB:,.1f} GB ({on_disk} on disk at once), {args.root} has "

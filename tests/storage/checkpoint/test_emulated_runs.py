@@ -141,6 +141,21 @@ def test_bad_arguments_are_one_line_and_status_2(args, says, tmp_path):
     assert "Traceback" not in run.stderr
 
 
+def test_a_root_holding_a_trainers_checkpoints_is_refused_before_planning_and_left_as_it_was(tmp_path):
+    root = tmp_path / "run" / "checkpoints"
+    trainer_save = root / "step_000000010"
+    trainer_save.mkdir(parents=True)
+    (trainer_save / MARKER_FILE).write_text("{}")
+    (tmp_path / "file").write_text("x")
+    for given in (root, tmp_path / "file"):
+        # a plan folder that does not exist: the refusal must come first, not "no plan" after minutes
+        run = _cli("--benchmark", "flux", "--world-size", "4", "--plan", str(tmp_path / "no-plan"), "--root", str(given),
+                   "--out", str(tmp_path / "out"))
+        assert run.returncode == 2 and f"--root {given}" in run.stderr, run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+    assert sorted(p.name for p in root.iterdir()) == ["step_000000010"] and (trainer_save / MARKER_FILE).exists()
+
+
 def test_checkpoints_larger_than_the_disk_are_refused_before_anything_is_written(flux_plan, small_tmpfs, tmp_path):
     run = _cli("--benchmark", "flux", "--world-size", "4", "--plan", str(flux_plan), "--root", str(small_tmpfs / "c"),
                "--out", str(tmp_path / "out"))
