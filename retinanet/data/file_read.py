@@ -49,20 +49,24 @@ class _NotedFile(io.FileIO):
 
 
 def read_as_pil(path: str | Path) -> tuple[bytearray, list[tuple[int, int]]]:
-    """The file's bytes, read with PIL's calls (see the module doc)."""
+    """The file's bytes, read with PIL's calls (see the module doc). No fstat for the size: the
+    reference's open() makes one (for the block size) and PIL none, so the buffer grows instead."""
     with _NotedFile(path) as raw:
-        size = os.fstat(raw.fileno()).st_size
         block = raw._blksize if raw._blksize > 1 else io.DEFAULT_BUFFER_SIZE  # what open() chooses
-        # room for one more full request at the end: the last call asks 64 KiB, as PIL's does
-        content = bytearray(size + PIL_BLOCK)
-        with io.BufferedReader(raw, buffer_size=block) as buffered, memoryview(content) as view:
+        content = bytearray(8 * PIL_BLOCK)
+        filled = 0
+        with io.BufferedReader(raw, buffer_size=block) as buffered:
             buffered.peek(1)  # Image.open's header parse: the buffered reader's first fill
-            filled = 0
-            while filled < size:
-                got = buffered.readinto(view[filled:filled + PIL_BLOCK])
-                if not got:
-                    break
+            while True:
+                if filled + PIL_BLOCK > len(content):
+                    content.extend(bytes(len(content)))  # no view of it is held here
+                with memoryview(content) as view:
+                    # a short answer is the end: the buffered reader asked the file until it had
+                    # 64 KiB or read nothing, as PIL's decoder's last request does
+                    got = buffered.readinto(view[filled:filled + PIL_BLOCK])
                 filled += got
+                if got < PIL_BLOCK:
+                    break
             ranges = raw.ranges
     del content[filled:]
     return content, ranges
