@@ -31,7 +31,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, Callable
 
 import yaml
 
+from common.processes.session import Session
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio3_env, ensure_dlio_env
 from storage.dlio.dlio_reads import TreeReads
 from storage.dlio.export import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
@@ -308,23 +308,20 @@ def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: 
     reads = TreeReads(reads_dir, ranks)
     start = time.monotonic()
     with log.open("w") as sink:
-        # its own session, so a timeout ends every rank and loader worker it started, and only those
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
-                                env=_dlio_env(python, {**(extra_env or {}), **reads.env()}),
-                                start_new_session=True)
+        # its own session, so that a timeout, Ctrl-C or a signal turned into an exception (the sweep's,
+        # the replay command's) ends every rank and loader worker it started, and only those; its guard
+        # does when the caller is SIGKILLed (common.processes)
+        session = Session(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
+                          env=_dlio_env(python, {**(extra_env or {}), **reads.env()}))
         try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(timeout=10)
-                    break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
+            code = session.wait(timeout_s)
+        except BaseException:
+            session.end()
+            raise
+        if code is None:
             # a rank that fails under mpiexec can leave the others waiting in a barrier for ever
             raise ReplayError(f"DLIO {what} timed out after {timeout_s:.0f} s: {shlex.join(cmd)}\n"
-                              f"{_log_tail(log)}") from None
+                              f"{_log_tail(log)}")
     if code != 0:
         raise ReplayError(f"DLIO {what} failed (exit {code}): {shlex.join(cmd)}\n{_log_tail(log)}")
     return time.monotonic() - start, reads.finish()

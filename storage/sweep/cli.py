@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from common import registry
+from common.processes.session import Session
 from storage.compute_times import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
 from storage.sweep.hosts import host_summaries
@@ -87,8 +88,12 @@ COMPUTE_TIMES_BINDING = "storage.Emulation.compute_times"
 LOG_TAIL_LINES = 30
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 class Terminated(BaseException):
-    """SIGTERM (timeout, kill, a job's end): the running point's launch is ended on the way out."""
+    """SIGTERM or SIGHUP (timeout, kill, a job's end, a closed terminal): the running point's launch, or
+    DLIO's, is ended on the way out."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -138,33 +143,19 @@ def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join("  " + line[:300] for line in text[-lines:])
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """Ends the launch and every rank and loader worker it started (its own session), and only those."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=15)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _launch(cmd: list[str], *, log: Path, timeout_s: float | None, extra_env: Mapping[str, str] | None = None) -> int | None:
-    """Runs `cmd` with its console in `log`; its exit status, or None when it ran past timeout_s."""
+    """Runs `cmd` with its console in `log`; its exit status, or None when it ran past timeout_s. The
+    launch has a session of its own: a timeout, Ctrl-C or a signal to the sweep ends every process in
+    it (the launcher, its ranks, their loader workers, on emulated hosts too), and its guard does when
+    the sweep is SIGKILLed (common.processes)."""
     # one intra-op thread per rank: the ranks only sleep and load, and they share the host's cores
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(extra_env or {})}
     with log.open("w") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
-                                start_new_session=True)
+        session = Session(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
         try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop_group(proc)
-            return None
+            return session.wait(timeout_s)
         except BaseException:  # Ctrl-C reaches only us (the launch has its own session): end it too
-            _stop_group(proc)
+            session.end()
             raise
 
 
@@ -465,9 +456,10 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # a point's launch has a session of its own (so that it can be ended as a whole); a SIGTERM to the
-    # sweep alone must end it too, not leave its ranks (on this host or others) running
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # a point's launch (and DLIO's) has a session of its own, so that it can be ended as a whole; a SIGTERM
+    # or SIGHUP (a closed terminal, a job's end) to the sweep alone must end it too, not leave its ranks
+    # or DLIO running (on this host or others)
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS}
     try:
         check_arguments(args)
         return run_sweep(args)  # reports a failed point itself (exit 1)
@@ -475,11 +467,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Terminated as stop:
-        print(f"[sweep] stopped by signal {stop.signum}: the running point was ended; the points measured before "
-              "it are in sweep.json", file=sys.stderr, flush=True)
+        print(f"[sweep] stopped by signal {stop.signum}: the running point was ended (its ranks, or DLIO's); the "
+              "points measured before it are in sweep.json", file=sys.stderr, flush=True)
         return 128 + stop.signum
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -492,3 +492,53 @@ def test_the_object_replay_refuses_a_run_that_read_files(tmp_path):
     write_profile(run, known_profile(world_size=1))
     with pytest.raises(replay_module.ReplayError, match="read files, not an object store"):
         object_replay(run)
+
+
+_LAUNCHING_SWEEP = """
+import sys
+from pathlib import Path
+from storage.sweep import cli
+
+def launching(args):  # a point's launch: a launcher and a rank that left its process group, as mpiexec's may
+    rank = "import os, time; os.setpgid(0, 0); time.sleep(300)"
+    cmd = [sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}, "
+           f"{sys.argv[2]!r}]); print('launched', flush=True); time.sleep(300)", sys.argv[2]]
+    cli._launch(cmd, log=Path(sys.argv[1]), timeout_s=600)
+    return 0
+
+cli.check_arguments = lambda args: None
+cli.run_sweep = launching
+sys.exit(cli.main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", "x.gin"]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_a_signal_or_a_kill_of_the_sweep_ends_its_running_point_every_process_of_it(tmp_path, sig):
+    """SIGTERM (timeout, kill) and SIGHUP (a closed terminal, a job's end) to the sweep alone end the
+    point's launch and its ranks, even one outside the launch's process group; after a SIGKILL, which
+    the sweep cannot catch, its guard does."""
+    marker = f"mlperf-sweep-point-{os.getpid()}-{int(sig)}"
+    log = tmp_path / "n1.log"
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHING_SWEEP, str(log), marker], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_naming(marker)) < 3:  # the sweep, the launcher and its rank
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if sig != signal.SIGKILL:
+            assert proc.returncode == 128 + sig, err
+            assert f"stopped by signal {int(sig)}: the running point was ended" in err
+        deadline = time.monotonic() + 30
+        while _processes_naming(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _processes_naming(marker)
+    finally:
+        proc.kill()
+        for pid in _processes_naming(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

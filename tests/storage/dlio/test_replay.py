@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from storage.dlio.replay_cli import main as cli_main
 from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import known_profile
+from tests.trainers.trainer_process import REPO
 
 WORKLOAD = {
     "model": "retinanet_replay", "framework": "pytorch",
@@ -130,3 +132,65 @@ def test_result_ratios_and_table(tmp_path):
     table = result.table()
     assert "0.900" in table and "n/a" in table and "read by DLIO not counted, on disk 3,264" in table
     assert json.loads(json.dumps(result.as_json()))["ratio"]["mb_per_s"] is None
+
+
+_REPLAY_WITH_A_FAKE_DLIO = """
+import sys
+from pathlib import Path
+from storage.dlio import replay
+from storage.dlio.replay_cli import main
+
+replay.ensure_dlio_env = lambda: Path(sys.argv[2])
+sys.exit(main([sys.argv[1]]))
+"""
+
+
+def _live_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_stopping_the_replay_command_ends_dlio_ranks_and_workers(tmp_path, sig):
+    """Ctrl-C, SIGTERM and SIGHUP to `python -m storage.dlio replay` end DLIO (its own session: a rank and
+    a worker that left its process group too) and exit 128 + the signal; after a SIGKILL the guard does."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    run = _run(tmp_path, known_profile(world_size=1))
+    marker = f"mlperf-fake-dlio-{os.getpid()}-{int(sig)}"
+    fake = tmp_path / "dlio-env" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    worker = "import os, time; os.setpgid(0, 0); time.sleep(300)"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"import subprocess, sys, time; "
+                    f"subprocess.Popen([sys.executable, '-c', '{worker}', '{marker}']); time.sleep(300)\" {marker}\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-c", _REPLAY_WITH_A_FAKE_DLIO, str(run), str(fake)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_live_naming(marker)) < 2:  # DLIO's "rank" and its worker
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if sig != signal.SIGKILL:
+            assert proc.returncode == 128 + sig, err
+            assert f"[replay] stopped by signal {int(sig)}: DLIO was ended" in err
+        deadline = time.monotonic() + 30
+        while _live_naming(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _live_naming(marker)
+    finally:
+        proc.kill()
+        for pid in _live_naming(marker):
+            os.kill(pid, signal.SIGKILL)
