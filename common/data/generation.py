@@ -37,14 +37,16 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from common.data.generation_to_objects import out_location
+from common.data.generation_to_objects import out_location, refuse_folded_url
+from common.object_store.publish import SETTINGS_FILE
 
 PARTIAL_MARK = ".partial-"
 # What the files hold: the planted signal a model learns, or the same formats and sizes made fast for
 # storage runs (nothing to learn). Every generator takes both through --content.
 LEARNABLE, STORAGE = "learnable", "storage"
 CONTENT_KINDS = (LEARNABLE, STORAGE)
-PLAN_FILE = "generation.json"  # what is being generated here: a relaunch or another shard must agree
+# what is being generated here: a relaunch or another shard must agree, and so must an upload to a prefix
+PLAN_FILE = SETTINGS_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -517,8 +519,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
                         help="dataset directory, or s3://bucket/prefix (written in a local staging directory, then "
                              "uploaded; the endpoint and credentials from the AWS variables and config files) "
                              "(default: under --data-root, named after size and seed)")
-    parser.add_argument("--data-root", type=Path, default=None, help="root of the default --out "
-                                                                      "(default: $MLPERF_DATA_ROOT or ./data)")
+    parser.add_argument("--data-root", type=out_location, default=None,
+                        help="root of the default --out, a folder or s3://bucket/prefix (default: $MLPERF_DATA_ROOT "
+                             "or ./data)")
     parser.add_argument("--num-train", type=int, help="training samples (overrides the size's)")
     parser.add_argument("--num-validation", type=int, help="validation samples (overrides the size's)")
     parser.add_argument("--fill-memory-ratio", type=float, metavar="R",
@@ -562,6 +565,7 @@ def _human(nbytes: float) -> str:
 
 def run_command(plan: DatasetPlan, out_dir: Path, args: argparse.Namespace) -> int:
     """What `main` of each generator does once it has built its plan from the flags."""
+    refuse_folded_url(out_dir)
     if args.workers < 1:
         raise SystemExit("--workers must be >= 1")
     if args.probe_storage and not args.dry_run:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -255,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Arrow record batches of at most this many bytes of cells (default: one per shard, "
                              "as save_to_disk writes; a shard's cells are then held in memory while it is written)")
     args = parser.parse_args(argv)
+    name = layout.synthetic_dataset_name(args.size, args.seed, args.content)
+    generation_to_objects.default_out(args, DEFAULT_DATA_ROOT, lambda root: layout.dataset_dir(root, name))
     if generation_to_objects.writes_to_objects(args):
         return generation_to_objects.generate_to_objects(main, argv, args)
     overrides = {
@@ -272,9 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--fill-memory-ratio {args.fill_memory_ratio:g}: {num_train:,} training samples of {size.sample_bytes:,} B "
               f"fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
         size = dataclasses.replace(size, num_train=num_train)
-    data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
-    name = layout.synthetic_dataset_name(args.size, args.seed, args.content)
-    out = args.out or layout.dataset_dir(data_root, name)
+    out = args.out
     if args.record_batch_bytes is not None and args.record_batch_bytes < 1:
         parser.error(f"--record-batch-bytes must be >= 1, got {args.record_batch_bytes}")
     plan = SyntheticPlan(size, seed=args.seed, empty_storage=args.empty_storage, content=args.content,

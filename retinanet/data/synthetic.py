@@ -18,7 +18,6 @@ import functools
 import hashlib
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
+from common.object_store.location import data_location
 from retinanet.data import layout
 from retinanet.data.jpeg_bank import JpegBank
 from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
     args = parser.parse_args(argv)
+    name = f"synthetic-{args.size}-seed{args.seed}{'-storage' if args.content == STORAGE else ''}"
+    generation_to_objects.default_out(args, DEFAULT_DATA_ROOT, lambda root: data_location(root) / "retinanet" / name)
     if generation_to_objects.writes_to_objects(args):
         return generation_to_objects.generate_to_objects(main, argv, args)
     overrides = {
@@ -423,9 +425,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{estimated_image_bytes(size):,} B fill {args.fill_memory_ratio:g} x this host's "
               f"{generation.host_memory_bytes() / 2**30:,.1f} GiB of memory")
         size = dataclasses.replace(size, num_train=num_train)
-    data_root = args.data_root or Path(os.environ.get("MLPERF_DATA_ROOT", DEFAULT_DATA_ROOT))
-    storage_suffix = "-storage" if args.content == STORAGE else ""
-    out_dir = args.out or data_root / "retinanet" / f"synthetic-{args.size}-seed{args.seed}{storage_suffix}"
+    out_dir = args.out
     plan = SyntheticPlan(size=size, seed=args.seed, content=args.content)
     if not (args.dry_run or args.finalize):
         if args.overwrite and args.shard.count > 1:

@@ -4,6 +4,8 @@ batch the same as from the directory the same command wrote."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -79,3 +81,93 @@ def test_a_truncated_shard_in_the_bucket_is_a_data_error_naming_it(object_endpoi
     shard.write_bytes(shard.read_bytes()[:5000])
     with pytest.raises(FluxDataError, match=f"s3://data/flux/tiny/train/{shard.name}"):
         open_splits(ObjectPath("s3://data/flux/tiny"))
+
+
+def _objects(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_prefix_generated_with_other_settings_is_refused_and_overwrite_replaces_it(object_endpoint, tmp_path,
+                                                                                   capsys):
+    """Same-sized objects of another seed are not taken for this dataset: refused (status 2, one line) as a
+    local --out of other settings is; --overwrite replaces what the prefix holds."""
+    import json
+
+    prefix = tmp_path / "s3" / "data" / "flux" / "tiny"
+    assert generate_main([*GENERATE, "--out", "s3://data/flux/tiny"]) == 0
+    seed2 = _objects(prefix)
+    other = [arg if arg != "2" else "3" for arg in GENERATE]  # --seed 3: same shapes, same sizes
+    with pytest.raises(SystemExit) as refused:
+        generate_main([*other, "--out", "s3://data/flux/tiny"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other settings" in err[0] and "seed" in err[0] and "--overwrite" in err[0], err
+    assert _objects(prefix) == seed2  # nothing sent
+    from common.object_store import client
+    from common.object_store.endpoint import resolve_endpoint
+
+    client.put_bytes(resolve_endpoint(), "data", "flux/tiny/stray.bin", b"from before")
+    assert generate_main([*other, "--out", "s3://data/flux/tiny", "--overwrite"]) == 0
+    assert json.loads((prefix / "generation.json").read_text())["seed"] == 3 and not (prefix / "stray.bin").exists()
+    local = tmp_path / "local3"
+    assert generate_main([*other, "--out", str(local)]) == 0
+    assert _objects(prefix) == {k: v for k, v in _objects(local).items() if not Path(k).name.startswith(".")}
+    # the same settings again: a relaunch resumes, sending nothing that is there
+    assert generate_main([*other, "--out", "s3://data/flux/tiny"]) == 0
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_an_s3_data_root_without_out_is_written_to_the_bucket_not_to_a_local_folder(object_endpoint, tmp_path,
+                                                                                    monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    extra = []
+    if how == "env":
+        monkeypatch.setenv("MLPERF_DATA_ROOT", "s3://data/root")
+    else:
+        extra = ["--data-root", "s3://data/root"]
+    assert generate_main([*GENERATE, *extra]) == 0
+    assert not (tmp_path / "s3:").exists()
+    dataset = tmp_path / "s3" / "data" / "root" / "flux" / "synthetic-tiny-seed2"
+    assert (dataset / "generation.json").is_file() and list((dataset / "train").glob("*.arrow"))
+
+
+_KILLED_DURING_UPLOAD = """
+import sys, time
+from common.object_store import publish
+from flux.data.synthetic import main
+
+def stalled(*args, **kwargs):
+    print("uploading", flush=True)
+    time.sleep(300)
+
+publish.publish_tree = stalled
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_staging_folder_goes_when_the_upload_is_stopped_or_killed(object_endpoint, tmp_path):
+    """The dataset's staging copy (its whole size, under /tmp by default) is removed however the upload
+    ends: SIGTERM, SIGHUP (the process's own handlers are none) and SIGKILL alike."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.trainers.trainer_process import REPO
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
+        staging_root = tmp_path / f"staging-{int(sig)}"
+        staging_root.mkdir()
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_DURING_UPLOAD, *GENERATE, "--out", "s3://data/x"],
+                                cwd=REPO, env={**os.environ, "MLPERF_STAGING_DIR": str(staging_root)},
+                                stdout=subprocess.PIPE, text=True)
+        while proc.stdout.readline().strip() != "uploading":
+            assert proc.poll() is None
+        assert [p.name[:15] for p in staging_root.iterdir()] == ["mlperf-staging-"]
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while list(staging_root.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(staging_root.iterdir()) == [], sig

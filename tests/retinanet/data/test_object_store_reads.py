@@ -73,3 +73,13 @@ def test_generating_into_a_store_without_credentials_stops_before_writing_anythi
     with pytest.raises(SystemExit, match="--out s3://data/x: no credentials for http://127.0.0.1:9"):
         generate_main([*GENERATE, "--out", "s3://data/x"])
     assert not any((tmp_path / "staging").iterdir()) and "[generate]" not in capsys.readouterr().out
+
+
+def test_an_s3_data_root_without_out_is_written_to_the_bucket_not_to_a_local_folder(object_endpoint, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLPERF_DATA_ROOT", "s3://data/root")
+    assert generate_main(GENERATE) == 0
+    assert not (tmp_path / "s3:").exists()
+    dataset = tmp_path / "s3" / "data" / "root" / "retinanet" / "synthetic-tiny-seed3"
+    assert (dataset / "generation.json").is_file() and (dataset / "train").is_dir()
