@@ -6,16 +6,21 @@ server's network port is to its clients: one limit shared by all of them, with a
 (a few of lo's 64 KiB segments), so a short run cannot ride on a large bucket of tokens.
 
 lo has one root queueing discipline, so one limit at a time on a machine: OWNER_FILE names who
-holds it (a folder of the shared storage or of the object endpoint), and a second `install`
-refuses with that name.
+holds it (a folder of the shared storage or of the object endpoint) and the process it limits (the
+storage's sshd, the endpoint's rclone: pid and start time). A second `install` refuses with that
+name while that process runs; once it has gone (a SIGKILL left the limit behind), `install` removes
+the left limit, says so, and goes on.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Sequence
 
+from common.processes.identity import ProcessIdentity
 from storage.host.commands import run_checked
 
 TC_HANDLE, TC_CLASS = "1:", "1:10"
@@ -35,17 +40,48 @@ def root_qdisc() -> str:
     return out.strip().splitlines()[0] if out.strip() else ""
 
 
-def owner() -> Path | None:
+def _record() -> dict:
+    """OWNER_FILE: {"holder", "process"} (an older file holds the holder's path alone)."""
     try:
-        return Path(OWNER_FILE.read_text().strip())
+        text = OWNER_FILE.read_text().strip()
     except OSError:
-        return None
+        return {}
+    try:
+        record = json.loads(text)
+        return record if isinstance(record, dict) else {}
+    except ValueError:
+        return {"holder": text} if text else {}
 
 
-def install(*, address: str, port: int, read_mb_s: float, holder: Path, release_hint: str) -> None:
-    """Limits what address:port sends over lo to read_mb_s MB/s; `holder` is recorded as the owner.
-    `release_hint` is how to take down a limit another holder left (said in the refusal)."""
+def owner() -> Path | None:
+    holder = _record().get("holder")
+    return Path(holder) if holder else None
+
+
+def _reap_left() -> bool:
+    """Removes our limit from lo when the process it was installed for no longer runs; whether it did."""
+    record = _record()
+    try:
+        process = ProcessIdentity.parse(record["process"])
+    except (KeyError, TypeError, ValueError):
+        return False  # not ours to judge: an older record, or a limit of something else
+    if process.running() or not root_qdisc().startswith(f"qdisc htb {TC_HANDLE}"):
+        return False
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True, text=True)
+    OWNER_FILE.unlink(missing_ok=True)
+    print(f"[loopback-limit] removed the limit on lo that {record.get('holder')} left (the process it limited, "
+          f"pid {process.pid}, no longer runs)", file=sys.stderr, flush=True)
+    return True
+
+
+def install(*, address: str, port: int, read_mb_s: float, holder: Path, release_hint: str,
+            process: ProcessIdentity | None = None) -> None:
+    """Limits what address:port sends over lo to read_mb_s MB/s; `holder` is recorded as the owner, with
+    `process`, the server the limit is for (a limit whose process has gone is removed by the next
+    install). `release_hint` is how to take down a limit another holder left (said in the refusal)."""
     current = root_qdisc()
+    if current and not current.startswith("qdisc noqueue") and _reap_left():
+        current = root_qdisc()
     if current and not current.startswith("qdisc noqueue"):
         held_by = owner()
         how = release_hint.format(owner=held_by) if held_by else "tc qdisc del dev lo root, if nothing else needs it"
@@ -55,7 +91,7 @@ def install(*, address: str, port: int, read_mb_s: float, holder: Path, release_
     # lo's MTU is 64 KiB: a bucket under a few packets would hold large segments back for ever
     burst = max(256 << 10, int(read_mb_s * 1e6 / 50))
     _run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", TC_HANDLE, "htb"], "shaping lo (tc htb)")
-    OWNER_FILE.write_text(f"{holder}\n")
+    OWNER_FILE.write_text(json.dumps({"holder": str(holder), "process": str(process) if process else None}) + "\n")
     try:
         _run(["tc", "class", "add", "dev", "lo", "parent", TC_HANDLE, "classid", TC_CLASS, "htb", "rate", f"{bits}bit",
               "ceil", f"{bits}bit", "burst", str(burst), "cburst", str(burst), "quantum", "65536"], "limiting the link")

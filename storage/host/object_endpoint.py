@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 
 ADDRESS = "127.0.0.1"
@@ -119,7 +120,8 @@ class ObjectEndpoint:
                                       "limit_with='rclone' (--limit-with rclone) limits it without")
         try:
             loopback_limit.install(address=self.address, port=self.port, read_mb_s=self.read_mb_s, holder=self.root,
-                                   release_hint="stop what serves or exports {owner}")
+                                   release_hint="stop what serves or exports {owner}",
+                                   process=ProcessIdentity.of(self._process.pid) if self._process else None)
         except loopback_limit.LoopbackLimitError as error:
             self.stop()
             raise ObjectEndpointError(str(error)) from None
@@ -160,18 +162,28 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--env-file", type=Path, required=True, help="where the client's AWS_* variables go (0600)")
     args = parser.parse_args(argv)
     stopping: list[int] = []  # handlers first: a SIGTERM right after the first line still stops it cleanly
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stopping.append(1))
-    try:
-        endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s,
-                                  limit_with=args.limit_with).start()
-    except ObjectEndpointError as error:
-        print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
+    try:  # opened before anything starts: a file that cannot be written leaves nothing running
+        fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # also when the file was there before, with other rights
+    except OSError as error:
+        print(f"[object_endpoint] error: --env-file {args.env_file}: {error.strerror}", file=sys.stderr, flush=True)
         return 2
-    fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # also when the file was there before, with other rights
     with os.fdopen(fd, "w") as out:
-        out.write("".join(f"export {k}={v}\n" for k, v in endpoint.env().items()))
+        try:
+            endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s,
+                                      limit_with=args.limit_with).start()
+        except ObjectEndpointError as error:
+            print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
+            return 2
+        try:
+            out.write("".join(f"export {k}={v}\n" for k, v in endpoint.env().items()))
+            out.flush()
+        except OSError as error:
+            endpoint.stop()
+            print(f"[object_endpoint] error: --env-file {args.env_file}: {error.strerror}", file=sys.stderr, flush=True)
+            return 2
     limit = f", sending at most {args.read_mb_s:g} MB/s" if args.read_mb_s else ""
     print(f"[object_endpoint] {endpoint.url} serves {args.root}{limit}; variables in {args.env_file}", flush=True)
     try:

@@ -14,6 +14,7 @@ from common.object_store import client
 from common.object_store.endpoint import Endpoint
 from storage.host import loopback_limit
 from storage.host.object_endpoint import ObjectEndpoint, ObjectEndpointError
+from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO
 
 
@@ -70,3 +71,40 @@ def test_the_command_line_serves_until_sigterm_and_keeps_the_keys_in_a_private_f
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def _serve(tmp_path, name: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+                             str(tmp_path / name), "--env-file", str(tmp_path / f"{name}.env"), *extra], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_killed_endpoints_limit_is_removed_by_the_next_one_not_left_to_refuse_every_later_one(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        unavailable("tc on lo needs root")
+    killed = _serve(tmp_path, "a", "--read-mb-s", "4")
+    assert "serves" in killed.stdout.readline()
+    assert loopback_limit.root_qdisc().startswith("qdisc htb") and loopback_limit.owner() == tmp_path / "a"
+    killed.kill()  # SIGKILL: no cleanup of its own; its rclone ends with it (PR_SET_PDEATHSIG)
+    killed.wait(timeout=20)
+    assert loopback_limit.root_qdisc().startswith("qdisc htb")  # left behind
+    (tmp_path / "b" / "data").mkdir(parents=True)
+    (tmp_path / "b" / "data" / "blob").write_bytes(os.urandom(6_000_000))
+    with ObjectEndpoint(tmp_path / "b", read_mb_s=4.0) as next_one:  # takes the left limit down, then its own
+        assert loopback_limit.owner() == next_one.root
+        assert 3.2 <= _read_rate(next_one, monkeypatch, "blob") <= 4.4
+    assert loopback_limit.root_qdisc().startswith("qdisc noqueue") and loopback_limit.owner() is None
+
+
+def test_an_env_file_that_cannot_be_written_is_one_line_and_leaves_nothing_running(tmp_path):
+    if os.geteuid() != 0:
+        unavailable("tc on lo needs root")
+    (tmp_path / "a").mkdir()
+    refused = subprocess.run([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+                              str(tmp_path / "a"), "--read-mb-s", "4", "--env-file", str(tmp_path / "no" / "env")],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"[object_endpoint] error: --env-file {tmp_path / 'no' / 'env'}: No such file or directory"]
+    assert loopback_limit.root_qdisc().startswith("qdisc noqueue") and loopback_limit.owner() is None
+    assert subprocess.run(["pgrep", "-f", f"serve s3 {tmp_path / 'a'}"], capture_output=True).stdout == b""
