@@ -59,7 +59,7 @@ def _start_keeper(cgroup: ClientMemoryCgroup, setting: str) -> None:
     session, so that a signal to the run's process group leaves it to remove the cgroup after. It
     writes only its OOM line, to the run's stderr."""
     subprocess.Popen([sys.executable, "-m", "storage.host.client_memory_keeper", str(cgroup.path),
-                      str(cgroup.version), str(cgroup.parent), str(os.getpid()), str(cgroup.limit_bytes), setting],
+                      str(cgroup.version), str(cgroup.home), str(os.getpid()), str(cgroup.limit_bytes), setting],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -88,14 +88,14 @@ def hold_to_client_memory(ctx: RunContext, gib: float) -> ClientHostMemory | Non
     made, reason = _make(gib, setting) if ctx.info.local_rank == 0 else (None, None)
     host = socket.gethostname()
     leaders = gather_objects({"host": host, "local_rank": ctx.info.local_rank,
-                              "cgroup": None if made is None else made.describe() | {"parent": str(made.parent)},
+                              "cgroup": None if made is None else made.describe() | {"home": str(made.home)},
                               "reason": reason})
     leader = next(entry for entry in leaders if entry["host"] == host and entry["local_rank"] == 0)
     cgroup = made
     if leader["cgroup"] is not None and cgroup is None:
         described = leader["cgroup"]
         cgroup = ClientMemoryCgroup(Path(described["cgroup"]), int(described["cgroup_version"]),
-                                    Path(described["parent"]), int(described["limit_bytes"]))
+                                    Path(described["home"]), int(described["limit_bytes"]))
     if cgroup is not None:
         cgroup.join()
     barrier()  # every rank of every host is in before any of them reads

@@ -2,13 +2,15 @@
 cgroup whose limit counts the page cache as well as the processes, so that data read once stays
 cached only as far as that much memory allows, on a host of any size.
 
-    cgroup = ClientMemoryCgroup.create(int(4 * GIB))   # under this process's own memory cgroup
+    cgroup = ClientMemoryCgroup.create(int(4 * GIB))   # in this process's own cgroup's reach (v1: under it)
     cgroup.join()                                      # this process; its future children follow
     ...
     cgroup.stats()                                     # limit, usage, peak, page cache, OOM kills
-    cgroup.remove()                                    # its processes moved back to the parent
+    cgroup.remove()                                    # its processes moved back where they came from
 
-Root only; cgroup v1 `memory` where it is mounted, else cgroup v2 with its `memory` controller.
+Root only; cgroup v1 `memory` where it is mounted (under this process's own memory cgroup), else
+cgroup v2 with its `memory` controller (beside this process's own cgroup: never out of a Slurm job's or
+a systemd scope's parent to the hierarchy's root).
 `unavailable_reason()` says in one line why neither works here. A cgroup is named
 `mlperf-client-memory-<pid of its maker>-<random>`: the name is its record, so the next run on the
 host removes one that a SIGKILL left behind (`reap_left_behind`) once nothing runs in it, and the
@@ -42,43 +44,71 @@ class ClientMemoryUnavailable(CgroupError):
 @dataclasses.dataclass(frozen=True)
 class MemoryHierarchy:
     """Where memory cgroups are made: `version` 1 (the `memory` hierarchy) or 2; `parent` is the
-    folder ours go in: on v1 this process's own memory cgroup (a limit of the host's that holds us
-    still applies), on v2 the mount's root (the one v2 cgroup that may hold processes while its
-    children have controllers)."""
+    folder ours go in and `home` the cgroup this process is in, where its processes go back when one
+    is removed. Both stay inside this process's own cgroup's accounting and kill (a Slurm job's, a
+    systemd scope's, a container's):
+
+    - v1: `parent` is this process's own memory cgroup (a limit of the host's that holds us still
+      applies), and `home` the same;
+    - v2: a cgroup that holds processes cannot give its children the memory controller (v2's rule of
+      no processes in inner cgroups), so ours goes beside this process's own cgroup, in its parent,
+      which does give it (a Slurm task's cgroup's parent is inside the job's step); at the hierarchy's
+      root, the one v2 cgroup exempt from that rule, `parent` and `home` are the root."""
 
     version: int
     root: Path
     parent: Path
+    home: Path | None = None  # None: `parent`
+
+    @property
+    def returns_to(self) -> Path:
+        return self.home or self.parent
 
 
-def _own_v1_path(self_cgroup: Path) -> str:
-    """This process's path in the v1 memory hierarchy ("/" at its root), from /proc/self/cgroup."""
+def _own_path(self_cgroup: Path, *, v2: bool) -> str:
+    """This process's path in the v1 memory hierarchy, or in the v2 one ("0::" line), from
+    /proc/self/cgroup ("/" at the hierarchy's root)."""
     try:
         lines = self_cgroup.read_text().splitlines()
     except OSError:
         return "/"
     for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
+        number, controllers, path = line.split(":", 2)
+        if (v2 and number == "0" and not controllers) or (not v2 and "memory" in controllers.split(",")):
             return path or "/"
     return "/"
 
 
+def _v2_hierarchy(point: Path, self_cgroup: Path) -> MemoryHierarchy:
+    own = _own_path(self_cgroup, v2=True).lstrip("/")
+    own_dir = point / own if own and (point / own).is_dir() else point
+    if own_dir == point:
+        if "memory" not in v2_controllers(point):
+            raise ClientMemoryUnavailable(f"no memory cgroup: cgroup2 at {point} has no memory controller")
+        return MemoryHierarchy(2, point, point)
+    if "memory" not in v2_controllers(own_dir):
+        raise ClientMemoryUnavailable(
+            f"no memory cgroup: this process's cgroup {own_dir} has no memory controller (its parent's "
+            "cgroup.subtree_control does not enable it; under systemd, run in a scope or service with "
+            "MemoryAccounting=yes; under Slurm, with the cgroup plugin's memory constraint)")
+    return MemoryHierarchy(2, point, own_dir.parent, own_dir)
+
+
 def find_hierarchy(mounts: Path = MOUNTS, self_cgroup: Path = SELF_CGROUP) -> MemoryHierarchy:
-    """cgroup v1 `memory` where it is mounted, else cgroup v2 with `memory` available, else
-    ClientMemoryUnavailable naming what is missing."""
+    """cgroup v1 `memory` where it is mounted, else cgroup v2 with `memory` available to this process's
+    own cgroup, else ClientMemoryUnavailable naming what is missing."""
     try:
         found = cgroup_mounts(mounts)
     except CgroupError as error:
         raise ClientMemoryUnavailable(str(error)) from None
     for kind, point, options in found:
         if kind == "cgroup" and "memory" in options:
-            own = _own_v1_path(self_cgroup).lstrip("/")
+            own = _own_path(self_cgroup, v2=False).lstrip("/")
             parent = point / own if own and (point / own).is_dir() else point
             return MemoryHierarchy(1, point, parent)
     for kind, point, _ in found:
         if kind == "cgroup2" and "memory" in v2_controllers(point):
-            return MemoryHierarchy(2, point, point)
+            return _v2_hierarchy(point, self_cgroup)
     raise ClientMemoryUnavailable(f"no memory cgroup: {no_controller(found, mounts, v1='memory', v2='memory')}")
 
 
@@ -166,11 +196,12 @@ def _enable_memory(root: Path) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ClientMemoryCgroup:
-    """One memory cgroup holding a run's processes on one host to `limit_bytes`."""
+    """One memory cgroup holding a run's processes on one host to `limit_bytes`; `home` is the cgroup
+    they came from, where they go back when it is removed."""
 
     path: Path
     version: int
-    parent: Path
+    home: Path
     limit_bytes: int
 
     @classmethod
@@ -178,14 +209,14 @@ class ClientMemoryCgroup:
         if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes <= 0:
             raise ValueError(f"limit_bytes must be a positive int, got {limit_bytes!r}")
         hierarchy = hierarchy or find_hierarchy()
-        if hierarchy.version == 2:
-            _enable_memory(hierarchy.parent)
+        if hierarchy.version == 2 and hierarchy.parent == hierarchy.root:
+            _enable_memory(hierarchy.parent)  # below the root, the parent gives it already (find_hierarchy)
         path = hierarchy.parent / f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir()
         except OSError as error:
             raise CgroupError(f"cannot create the memory cgroup {path}: {error.strerror}") from None
-        made = cls(path, hierarchy.version, hierarchy.parent, limit_bytes)
+        made = cls(path, hierarchy.version, hierarchy.returns_to, limit_bytes)
         try:
             write(path / ("memory.limit_in_bytes" if hierarchy.version == 1 else "memory.max"), str(limit_bytes))
             if hierarchy.version == 2 and (path / "memory.swap.max").exists():
@@ -205,8 +236,8 @@ class ClientMemoryCgroup:
         return read_stats(self.version, self.path)
 
     def remove(self) -> None:
-        """Moves what still runs in it to the parent and removes it (idempotent)."""
-        remove_cgroup(self.path, self.parent)
+        """Moves what still runs in it back home and removes it (idempotent)."""
+        remove_cgroup(self.path, self.home)
 
     def describe(self) -> dict[str, object]:
         return {"cgroup": str(self.path), "cgroup_version": self.version, "limit_bytes": self.limit_bytes}

@@ -9,7 +9,9 @@ run's local rank 0 starts, outside the cgroup and in a session of its own, befor
 - Where processes stay in the cgroup after its maker ended, it leaves it after LINGER_S and says
   so; the next run on the host removes it once they are gone (reap_left_behind).
 
-    python -m storage.host.client_memory_keeper CGROUP VERSION PARENT OWNER_PID LIMIT_BYTES SETTING
+    python -m storage.host.client_memory_keeper CGROUP VERSION HOME OWNER_PID LIMIT_BYTES SETTING
+
+(HOME: the cgroup the run's processes came from, where any left go back when it is removed.)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def oom_line(*, limit_bytes: int, setting: str, kills: int, stats: dict) -> str:
             f"{peak_text}; give the run more client memory or fewer loader workers")
 
 
-def keep(cgroup: Path, *, version: int, parent: Path, owner: int, limit_bytes: int, setting: str,
+def keep(cgroup: Path, *, version: int, home: Path, owner: int, limit_bytes: int, setting: str,
          poll_s: float = POLL_S, linger_s: float = LINGER_S) -> int:
     reported = oom_kills(version, cgroup)
     seen = False
@@ -50,7 +52,7 @@ def keep(cgroup: Path, *, version: int, parent: Path, owner: int, limit_bytes: i
         owner_ended = not running(owner)
         if not inside and (seen or owner_ended):
             try:
-                remove_cgroup(cgroup, parent)
+                remove_cgroup(cgroup, home)
             except CgroupError as error:
                 print(f"[client-memory] warning: {error}", file=sys.stderr, flush=True)
                 return 1
@@ -68,8 +70,8 @@ def keep(cgroup: Path, *, version: int, parent: Path, owner: int, limit_bytes: i
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    cgroup, version, parent, owner, limit_bytes, setting = argv
-    return keep(Path(cgroup), version=int(version), parent=Path(parent), owner=int(owner),
+    cgroup, version, home, owner, limit_bytes, setting = argv
+    return keep(Path(cgroup), version=int(version), home=Path(home), owner=int(owner),
                 limit_bytes=int(limit_bytes), setting=setting)
 
 

@@ -56,6 +56,32 @@ def test_the_hierarchy_is_v1_memory_under_the_process_own_cgroup_else_v2_else_un
         find_hierarchy(mounts, own)
 
 
+def test_under_cgroup_v2_the_cgroup_stays_inside_the_processs_own_cgroups_parent_not_at_the_root(tmp_path):
+    """A Slurm task's cgroup (or a systemd scope) holds the rank: v2 lets no cgroup with processes give its
+    children the memory controller, so ours goes beside it, in the job's step, and its processes return to
+    the task's cgroup when it is removed; the hierarchy's root is not touched."""
+    v2 = tmp_path / "unified"
+    task = v2 / "job_7" / "step_0" / "task_0"
+    task.mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (task / "cgroup.controllers").write_text("cpu memory pids\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup2 {v2} cgroup2 rw 0 0\n")
+    own = tmp_path / "cgroup"
+    own.write_text("0::/job_7/step_0/task_0\n")
+    hierarchy = find_hierarchy(mounts, own)
+    assert (hierarchy.version, hierarchy.parent) == (2, task.parent)  # not the root, v2
+    assert hierarchy == MemoryHierarchy(2, v2, task.parent, task)
+    made = ClientMemoryCgroup.create(64 * MIB, hierarchy=hierarchy)
+    assert made.path.parent == task.parent and made.home == task
+    assert (made.path / "memory.max").read_text() == str(64 * MIB)
+    assert not (v2 / "cgroup.subtree_control").exists()  # the root's controllers left alone
+    assert [p.name for p in v2.iterdir() if p.name.startswith(PREFIX)] == []
+    (task / "cgroup.controllers").write_text("cpu pids\n")  # memory not delegated to this job
+    with pytest.raises(ClientMemoryUnavailable, match=f"this process's cgroup {task} has no memory controller"):
+        find_hierarchy(mounts, own)
+
+
 def test_without_root_one_line_says_why(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert unavailable_reason() == "a memory cgroup needs root; running as uid 1000"
@@ -120,7 +146,7 @@ def test_the_keeper_says_in_one_line_when_the_oom_killer_ends_a_process_and_remo
     _needs_cgroups()
     cgroup = ClientMemoryCgroup.create(64 * MIB)
     keeper = subprocess.Popen([sys.executable, "-m", "storage.host.client_memory_keeper", str(cgroup.path),
-                               str(cgroup.version), str(cgroup.parent), str(os.getpid()), str(cgroup.limit_bytes),
+                               str(cgroup.version), str(cgroup.home), str(os.getpid()), str(cgroup.limit_bytes),
                                "storage.Emulation.client_host_memory_in_gb = 0.0625"],
                               cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
@@ -145,7 +171,7 @@ def test_the_keeper_outlives_sigterm_and_removes_the_cgroup_after_its_maker_ends
     cgroup = ClientMemoryCgroup.create(256 * MIB)
     maker = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec sleep 30', str(cgroup.path / "cgroup.procs")])
     keeper = subprocess.Popen([sys.executable, "-m", "storage.host.client_memory_keeper", str(cgroup.path),
-                               str(cgroup.version), str(cgroup.parent), str(maker.pid), str(cgroup.limit_bytes), "x"],
+                               str(cgroup.version), str(cgroup.home), str(maker.pid), str(cgroup.limit_bytes), "x"],
                               cwd=REPO)
     try:
         deadline = time.monotonic() + 10
