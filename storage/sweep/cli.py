@@ -76,8 +76,8 @@ from storage.sweep.plot import bar as _bar
 # what the sweep's callers and tests import from here, wherever it lives now
 from storage.sweep.report import (_answers_line, _au, _cpu, _number, headline_text, markdown_table,  # noqa: F401
                                   sweep_document, write_outputs)
-from storage.sweep.rules import (Figures, Point, PointFailed, SweepError, counts, figures_of_report,  # noqa: F401
-                                 headline, sweep_counts, up_to_first_failure)
+from storage.sweep.rules import (Figures, Point, PointFailed, SweepError, client_memory_of,  # noqa: F401
+                                 counts, figures_of_report, headline, sweep_counts, up_to_first_failure)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # the bindings the sweep sets itself at every point; the same binding from the user would be lost
@@ -330,6 +330,13 @@ class Sweep:
         print(f"[sweep] {n} x {a.accelerator}{f' ({placed})' if placed else ''}: {shlex.join(cmd)}", flush=True)
         report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s, extra_env=env)
         figures = figures_of_report(report)
+        if a.client_host_memory_in_gb is not None:
+            run["client_memory"] = client_memory_of(report)
+            for host in (run["client_memory"] or {}).get("hosts") or []:
+                if not host["applied"]:
+                    print(f"[sweep] warning: {n} x {a.accelerator}: the client memory of "
+                          f"{a.client_host_memory_in_gb:g} GiB did not hold on {host['host']}: {host['reason']}; "
+                          "sweep.md says so", flush=True)
         hosts = tuple(host_summaries(report, _host_series(run_dir), _load_profile(run_dir)))
         print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
               f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "

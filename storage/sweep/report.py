@@ -11,7 +11,7 @@ from storage.sweep import phases as sweep_phases
 from storage.sweep.hosts import hosts_table, plot_host
 from storage.sweep.plot import bar as _bar
 from storage.sweep.plot import plot
-from storage.sweep.rules import Figures, Point, dlio_label, headline, up_to_first_failure
+from storage.sweep.rules import Figures, Point, client_memory_summary, dlio_label, headline, up_to_first_failure
 
 FORMAT = "mlperf-emulation-sweep"
 VERSION = 1
@@ -100,6 +100,7 @@ def sweep_document(*, settings: Mapping[str, Any], points: Sequence[Point], fail
         "dlio_over_ours": (dlio["accelerators"] / ours["accelerators"]
                            if dlio is not None and dlio["accelerators"] and ours["accelerators"] else None),
         "phases": dict(phases) if phases else None,
+        "client_memory": client_memory_summary(settings.get("client_host_memory_in_gb"), points),
         "failure": failure,
     }
 
@@ -126,9 +127,9 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
         lines.append("\nThe data is in an object store: GET/s, GETs/sample, B/GET and GET ms are the loaders' GETs and "
                      "ranged GETs (requests per second, per sample, mean bytes and mean latency to the last byte; "
                      "load_profile.json 'object_requests' has them by kind with their histograms).")
-    if document.get("client_host_memory_in_gb"):
-        lines.append(f"\nEach host's ranks and loader workers held to {document['client_host_memory_in_gb']:g} GiB of "
-                     "client memory, page cache included (page cache MB: what it held at the end of the point).")
+    memory_line = client_memory_line(document.get("client_memory"))
+    if memory_line:
+        lines.append(f"\n{memory_line}")
     if document["headline"]["lower_bound"]:
         lines.append(f"\nEvery count up to {points[-1].figures.accelerators} passed: the storage may keep more "
                      "accelerators busy (raise --max-accelerators).")
@@ -147,6 +148,24 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
     if document["failure"]:
         lines += ["", "**The sweep stopped on a failed point:**", "", "```", document["failure"], "```"]
     return "\n".join(lines) + "\n"
+
+
+def client_memory_line(memory: Mapping[str, Any] | None) -> str | None:
+    """sweep.md's word on --client-host-memory-in-gb: held everywhere, or where and why it did not (a
+    point that ran with the host's whole page cache may have read data twice from memory, not storage)."""
+    if not memory:
+        return None
+    gib = memory["asked_gib"]
+    if memory["applied"]:
+        return (f"Each host's ranks and loader workers held to {gib:g} GiB of client memory, page cache included "
+                "(page cache MB: what it held at the end of the point).")
+    where = [f"{m['accelerators']} accelerators on {m['host']} ({m['reason'] or 'no reason recorded'})"
+             for m in memory["not_applied"]]
+    where += [f"{n} accelerators (the run recorded no client memory)" for n in memory["not_recorded"]]
+    return (f"**The client memory did not hold**: {gib:g} GiB was asked (--client-host-memory-in-gb), but it did "
+            f"not apply at {'; '.join(where) or 'any point'}. There the page cache was the host's whole memory, so "
+            "data read twice may have come from memory rather than the storage, and the 5x dataset rule was checked "
+            "against the host's memory: those points do not answer for a client host of that memory.")
 
 
 def _answers_line(document: Mapping[str, Any]) -> str:

@@ -142,3 +142,28 @@ def figures_of_report(report: Mapping[str, Any]) -> Figures:
                    window_phase_mb=_summed(windows, "bytes_per_window", 1e-6),
                    window_phase_device_share=_summed(windows, "share_of_device_bytes_per_sample"),
                    window_phase_time_share=_summed(windows, "share_of_window_time"))
+
+
+def client_memory_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Whether a point's client memory held on every host (emulation.json's hosts[].client_memory), with
+    each host's reason where it did not; None where the run recorded no client memory."""
+    asked = [(h.get("host"), h["client_memory"]) for h in report.get("hosts") or [] if h.get("client_memory")]
+    if not asked:
+        return None
+    return {"applied": all(bool(memory.get("applied")) for _, memory in asked),
+            "hosts": [{"host": host, "applied": bool(memory.get("applied")), "reason": memory.get("reason")}
+                      for host, memory in asked]}
+
+
+def client_memory_summary(asked_gib: float | None, points: Sequence[Point]) -> dict[str, Any] | None:
+    """sweep.json's `client_memory`: the GiB asked, whether it held at every point on every host
+    (`applied`), and where it did not: each (accelerators, host, reason), and the points that recorded
+    nothing (a run that predates the record, or a trainer without the emulation). None: none asked."""
+    if not asked_gib:
+        return None
+    not_applied = [{"accelerators": p.figures.accelerators, "host": h["host"], "reason": h["reason"]}
+                   for p in points for h in ((p.run.get("client_memory") or {}).get("hosts") or []) if not h["applied"]]
+    not_recorded = [p.figures.accelerators for p in points if p.run.get("client_memory") is None]
+    return {"asked_gib": asked_gib, "applied": bool(points) and not not_applied and not not_recorded,
+            "not_applied": not_applied, "not_recorded": not_recorded}
+

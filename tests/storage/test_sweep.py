@@ -391,8 +391,42 @@ def test_the_client_memory_flag_reaches_every_point_and_the_sweep_records_it(tmp
     assert not any("storage.Emulation.compute_times" in arg for cmd in commands for arg in cmd)
     assert [p["client_cpu_saturated"] for p in saved["points"]] == [False, True]
     table = (out / "sweep.md").read_text()
+    assert saved["client_memory"] == {"asked_gib": 1.5, "applied": True, "not_applied": [], "not_recorded": []}
     assert "held to 1.5 GiB of client memory" in table and "busy at 2 accelerators" in table
     assert "| 96% (saturated) | 7.0 |" in table
+
+
+@pytest.mark.parametrize("held_at", [(), (1,), (2,)])
+def test_a_client_memory_that_did_not_hold_is_said_in_sweep_md_and_recorded_in_sweep_json(tmp_path, monkeypatch,
+                                                                                         capsys, held_at):
+    """Not root, or no memory controller: the points ran with the host's whole page cache. sweep.md must not
+    say they were held to G GiB, and sweep.json says where it did not hold and why."""
+    reason = "a memory cgroup needs root; running as uid 1000"
+
+    def fake_point(cmd, *, run_dir, log, timeout_s, extra_env=None):
+        n = int(run_dir.name[1:])
+        memory = {"applied": n in held_at, "reason": None if n in held_at else reason}
+        report = {"accelerators": n, "au": {"mean": 0.95 if n == 1 else 0.5, "min": 0.5}, "passed": n == 1,
+                  "au_threshold": 0.9, "samples_per_s": 1.0, "storage": {},
+                  "hosts": [{"host": "h", "cpu_busy": 0.3, "client_memory": memory}]}
+        return report, {"run_dir": str(run_dir), "log": str(log), "command": "x", "seconds": 1.0}
+
+    monkeypatch.setattr(sweep_module, "run_point", fake_point)
+    gin = tmp_path / "a.gin"
+    gin.write_text("")
+    out = tmp_path / "out"
+    assert main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out", str(out),
+                 "--client-host-memory-in-gb", "0.5"]) == 0
+    saved = json.loads((out / "sweep.json").read_text())
+    table = (out / "sweep.md").read_text()
+    missing = [n for n in (1, 2) if n not in held_at]
+    assert saved["client_memory"]["applied"] is False and saved["client_memory"]["asked_gib"] == 0.5
+    assert saved["client_memory"]["not_applied"] == [{"accelerators": n, "host": "h", "reason": reason} for n in missing]
+    assert [p["client_memory"]["applied"] for p in saved["points"]] == [n in held_at for n in (1, 2)]
+    assert "held to 0.5 GiB" not in table
+    assert "**The client memory did not hold**: 0.5 GiB was asked" in table
+    assert all(f"{n} accelerators on h ({reason})" in table for n in missing)
+    assert capsys.readouterr().out.count("did not hold on h") == len(missing)
 
 
 def test_compute_times_training_reaches_every_point_and_the_sweep_records_it(tmp_path, monkeypatch):
