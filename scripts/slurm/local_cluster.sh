@@ -33,6 +33,7 @@ port="${SLURM_LOCAL_PORT:-16817}"
 cpus="${SLURM_LOCAL_CPUS:-4}"
 killwait="${SLURM_LOCAL_KILLWAIT:-30}"
 hosts_dir="${SLURM_LOCAL_HOSTS_DIR:-}"
+agent="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/storage/host/emulated_host_ssh"
 nodes=(n1 n2)
 conf="$root/slurm.conf"
 export SLURM_CONF="$conf"
@@ -162,14 +163,15 @@ up() {
   local node
   for node in "${nodes[@]}"; do
     alive "$root/slurmd-$node.pid" && continue
-    local enter=()
     if [[ -n "$hosts_dir" ]]; then
-      local holder
-      holder="$(cat "$hosts_dir/ns/$node.pid" 2>/dev/null)" && [[ -d "/proc/$holder" ]] \
+      # entered through the hosts' own agent, which checks that the holder's pid is still the holder
+      MLPERF_EMULATED_HOSTS="$hosts_dir" "$agent" "$node" true \
         || die "SLURM_LOCAL_HOSTS_DIR=$hosts_dir has no live emulated host $node (storage/host/emulated_hosts.py makes them)" 2
-      enter=(nsenter -t "$holder" --mount --uts --)
+      MLPERF_EMULATED_HOSTS="$hosts_dir" "$agent" "$node" "$(printf '%q ' slurmd -f "$conf" -N "$node")" \
+        || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
+    else
+      slurmd -f "$conf" -N "$node" || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
     fi
-    "${enter[@]}" slurmd -f "$conf" -N "$node" || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
   done
   local i
   for i in $(seq 300); do

@@ -2,8 +2,9 @@
 
 A storage team's cluster has many client hosts, each with its own mounts of the shared storage and
 its own page cache of what it read through them. On one machine the same holds for processes that
-enter a host's namespaces (`nsenter -t <its holder's pid> --mount --uts`, the pid in
-<root>/ns/<host>.pid; the holder is a `sleep` that keeps them alive):
+enter a host's namespaces (`nsenter -t <its holder's pid> --mount --uts`, the pid and its start time
+in <root>/ns/<host>.pid, so that a recycled pid is never entered; the holder is a `sleep` that keeps
+them alive):
 
 - its hostname is the host's name (the run's per-host grouping, Slurm's node, MPI's host);
 - a mount made inside (a FUSE `sshfs` of the shared export, storage.host.shared_storage) is seen
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from common.processes.identity import ProcessIdentity, start_time
 from storage.host.commands import run_checked
 
 AGENT = Path(__file__).with_name("emulated_host_ssh")
@@ -74,12 +76,15 @@ class EmulatedHosts:
         return self.ns_dir / f"{host}.pid"
 
     def holder(self, host: str) -> int | None:
-        """The pid of the process holding `host`'s namespaces, None when it is gone."""
+        """The pid of the process holding `host`'s namespaces, None when it is gone. The pid file records
+        the holder's pid and start time: a pid that another process took since (a recycled one) is not
+        the holder, whatever namespaces it is in."""
         try:
-            pid = int(self.pid_file(host).read_text())
-            if os.readlink(f"/proc/{pid}/ns/uts") == os.readlink("/proc/self/ns/uts"):
-                return None  # a recycled pid of a process outside any emulated host
-            return pid
+            pid, start = self.pid_file(host).read_text().split()
+            holder = ProcessIdentity(int(pid), int(start))
+            if not holder.running() or os.readlink(f"/proc/{pid}/ns/uts") == os.readlink("/proc/self/ns/uts"):
+                return None
+            return holder.pid
         except (OSError, ValueError):
             return None
 
@@ -133,7 +138,7 @@ class EmulatedHosts:
                     raise EmulatedHostsError(f"making emulated host {host} failed: {error or 'no answer in 10 s'}")
                 time.sleep(0.02)
             ready.unlink()
-            self.pid_file(host).write_text(f"{holder.pid}\n")
+            self.pid_file(host).write_text(f"{holder.pid} {start_time(holder.pid)}\n")
 
     def remove(self) -> list[str]:
         """Ends every holder (a process still inside, e.g. a FUSE daemon, keeps its namespace alive until

@@ -2,9 +2,10 @@
 
 What a storage team's cluster has, built from Debian packages and kept on loopback addresses:
 
-- the server: an `sshd` of its own on ADDRESS (127.0.0.2) and a free port, serving `export`
-  over SFTP, with its own host key and a client key made for it (nothing of the system's ssh
-  setup is read or changed);
+- the server: an `sshd` of its own on ADDRESS (127.0.0.2) and a free port, serving `export` over
+  SFTP and nothing else (storage.host.sshd_server: fresh keys each `up`, root's key forced to
+  internal-sftp in a chroot that holds the export alone; nothing of the system's ssh setup is read
+  or changed);
 - the link: the server's replies (source ADDRESS and its port) limited to `read_mb_s` MB/s on
   `lo` by `tc` (an htb class and a u32 filter; every other packet on lo bypasses it), shared
   by every host, as a storage server's network port is;
@@ -15,8 +16,11 @@ What a storage team's cluster has, built from Debian packages and kept on loopba
     python -m storage.host.shared_storage up --work W --export E --hosts n1,n2 --mount M [--read-mb-s 8]
     python -m storage.host.shared_storage down --work W
 
-`up` writes W/shared_storage.json, which `down` (and a later `up` in the same W, which first
-tears down what a killed one left) reads. Root only: a missing tool or right is one line naming it.
+Root only. W holds the state (W/shared_storage.json), the server's log and the hosts' namespaces: it
+must be root's alone, and so must every folder above it (storage.host.root_folder; made 0700 when
+missing), since root acts on what it finds there. `down` (and a later `up` in the same W, which first
+tears down what a killed one left) reads the state only when root wrote it, and signals or enters
+only the processes it started (pid and start time). A missing tool or right is one line naming it.
 """
 
 from __future__ import annotations
@@ -26,22 +30,22 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.commands import run_checked
-from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError
+from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
+from storage.host.root_folder import UnsafeFolder, check_file, check_folder, trusted_folder
+from storage.host.sshd_server import ADDRESS, SshdServer, SshdServerError
 
-ADDRESS = "127.0.0.2"
 STATE_FILE = "shared_storage.json"
+STATE_FORMAT = 2  # pids with their start times; the server's folder under /run
 TOOLS = {"sshd": "openssh-server", "ssh-keygen": "openssh-client", "sshfs": "sshfs", "tc": "iproute2",
-         "nsenter": "util-linux", "unshare": "util-linux"}
+         "nsenter": "util-linux", "unshare": "util-linux", "mount": "mount"}
 # which shared storage holds lo's limit: a killed one's is taken down by the next `up`, not refused
 LINK_OWNER = loopback_limit.OWNER_FILE
 
@@ -63,12 +67,6 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
-
-
 def _run(cmd: Sequence[str], what: str) -> str:
     return run_checked(cmd, what, SharedStorageError)
 
@@ -83,7 +81,7 @@ class SharedStorage:
     mount: Path
     read_mb_s: float | None = None
     port: int = 0
-    sshd_pid: int | None = None
+    server: SshdServer | None = None
     tc_installed: bool = False
     mounted: list[str] = dataclasses.field(default_factory=list)
 
@@ -95,49 +93,80 @@ class SharedStorage:
     def state_path(self) -> Path:
         return self.work / STATE_FILE
 
+    @property
+    def sshd_pid(self) -> int | None:
+        return self.server.process.pid if self.server and self.server.process else None
+
     def record(self) -> dict[str, Any]:
-        return {"work": str(self.work), "export": str(self.export), "hosts": list(self.hosts),
+        return {"format": STATE_FORMAT, "work": str(self.work), "export": str(self.export), "hosts": list(self.hosts),
                 "mount": str(self.mount), "read_mb_s": self.read_mb_s, "address": ADDRESS, "port": self.port,
-                "sshd_pid": self.sshd_pid, "tc_installed": self.tc_installed, "mounted": self.mounted,
-                "emulated_hosts_root": str(self.work)}
+                "server": self.server.record() if self.server else None, "tc_installed": self.tc_installed,
+                "mounted": self.mounted, "emulated_hosts_root": str(self.work)}
 
     def _save(self) -> None:
         staging = self.state_path.with_suffix(".tmp")
-        staging.write_text(json.dumps(self.record(), indent=2) + "\n")
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(self.record(), indent=2) + "\n")
         staging.replace(self.state_path)
 
     @classmethod
     def load(cls, work: Path) -> SharedStorage | None:
-        path = Path(work) / STATE_FILE
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
+        """What an earlier `up` in `work` recorded; None when nothing is recorded. SharedStorageError when
+        the folder or the file is not root's alone: what it names is then not acted on."""
+        work = Path(os.path.abspath(work))
+        path = work / STATE_FILE
+        if not os.path.lexists(path):
             return None
-        except (OSError, ValueError) as error:
-            raise SharedStorageError(f"{path}: unreadable ({error})") from None
-        return cls(work=Path(state["work"]), export=Path(state["export"]), hosts=tuple(state["hosts"]),
-                   mount=Path(state["mount"]), read_mb_s=state["read_mb_s"], port=int(state["port"]),
-                   sshd_pid=state["sshd_pid"], tc_installed=bool(state["tc_installed"]),
-                   mounted=list(state["mounted"]))
+        try:
+            check_folder(work)
+            check_file(path)
+            state = json.loads(path.read_text())
+            if state.get("format") != STATE_FORMAT:
+                raise ValueError(f"format {state.get('format')!r}, not {STATE_FORMAT} (written by an older version: "
+                                 "its pids carry no start time, so nothing it names is signalled)")
+            return cls(work=work, export=Path(state["export"]), hosts=tuple(state["hosts"]),
+                       mount=Path(state["mount"]), read_mb_s=state["read_mb_s"], port=int(state["port"]),
+                       server=SshdServer.from_record(state["server"]), tc_installed=bool(state["tc_installed"]),
+                       mounted=[str(h) for h in state["mounted"]])
+        except UnsafeFolder as error:
+            raise SharedStorageError(str(error)) from None
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise SharedStorageError(f"{path}: unreadable ({error}); remove it once nothing of it runs") from None
 
     # ------------------------------------------------------------------ up
 
-    def up(self) -> SharedStorage:
-        reason = unavailable_reason()
-        if reason:
-            raise SharedStorageError(reason)
+    def check(self) -> None:
+        """The settings, before anything needs root: SharedStorageError naming the flag."""
         if not self.export.is_dir():
             raise SharedStorageError(f"--export {self.export}: no such folder")
         if self.read_mb_s is not None and not self.read_mb_s > 0:
             raise SharedStorageError(f"--read-mb-s must be > 0, got {self.read_mb_s}")
+        try:
+            check_names(self.hosts)
+        except EmulatedHostsError as error:
+            raise SharedStorageError(f"--hosts: {error}") from None
+
+    def up(self) -> SharedStorage:
+        self.check()
+        reason = unavailable_reason()
+        if reason:
+            raise SharedStorageError(reason)
+        try:
+            self.work = trusted_folder(self.work)
+        except UnsafeFolder as error:
+            raise SharedStorageError(f"--work {error}") from None
         left = SharedStorage.load(self.work)
         if left is not None:  # what a killed `up` or test left in this folder goes first
             left.down()
-        self.work.mkdir(parents=True, exist_ok=True)
         self.mount.mkdir(parents=True, exist_ok=True)
         self._save()
         try:
-            self._start_server()
+            try:
+                self.server = SshdServer.start(export=self.export, log=self.work / "sshd.log")
+            except SshdServerError as error:
+                raise SharedStorageError(str(error)) from None
+            self.port = self.server.port
             self._save()
             if self.read_mb_s is not None:
                 self._limit_link()
@@ -155,43 +184,18 @@ class SharedStorage:
             raise
         return self
 
-    def _start_server(self) -> None:
-        keys = self.work / "keys"
-        keys.mkdir(parents=True, exist_ok=True)
-        for name in ("host_ed25519", "client_ed25519"):
-            if not (keys / name).exists():
-                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], "making an ssh key")
-        shutil.copyfile(keys / "client_ed25519.pub", keys / "authorized_keys")
-        self.port = _free_port(ADDRESS)
-        config = self.work / "sshd_config"
-        config.write_text("\n".join([
-            f"ListenAddress {ADDRESS}:{self.port}", f"HostKey {keys / 'host_ed25519'}",
-            f"AuthorizedKeysFile {keys / 'authorized_keys'}", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
-            "X11Forwarding no", "AllowTcpForwarding no", f"PidFile {self.work / 'sshd.pid'}",
-            "Subsystem sftp internal-sftp"]) + "\n")
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
-        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        _run([sshd, "-f", str(config), "-E", str(self.work / "sshd.log")], "starting the storage's sshd")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                self.sshd_pid = int((self.work / "sshd.pid").read_text())
-                with socket.create_connection((ADDRESS, self.port), timeout=1):
-                    return
-            except (OSError, ValueError):
-                time.sleep(0.05)
-        raise SharedStorageError(f"sshd did not listen on {ADDRESS}:{self.port} within 10 s; see {self.work / 'sshd.log'}")
-
     def _reap_left_link(self) -> None:
         """Takes down the shared storage that holds lo's limit when its sshd is gone (a killed run's)."""
-        try:
-            owner = Path(LINK_OWNER.read_text().strip())
-        except OSError:
+        owner = loopback_limit.owner()
+        if owner is None or owner == self.work:
             return
-        left = SharedStorage.load(owner) if owner != self.work else None
-        if left is None or (left.sshd_pid and Path(f"/proc/{left.sshd_pid}/cmdline").exists()
-                            and b"sshd" in Path(f"/proc/{left.sshd_pid}/cmdline").read_bytes()):
+        try:
+            left = SharedStorage.load(owner)
+        except SharedStorageError as error:
+            print(f"[shared-storage] warning: lo's limit is held by {owner}, which cannot be read: {error}",
+                  file=sys.stderr, flush=True)
+            return
+        if left is None or (left.server is not None and left.server.running()):
             return
         print(f"[shared-storage] taking down what a killed shared storage left in {owner}", file=sys.stderr, flush=True)
         left.down()
@@ -201,16 +205,17 @@ class SharedStorage:
         try:
             loopback_limit.install(address=ADDRESS, port=self.port, read_mb_s=self.read_mb_s, holder=self.work,
                                    release_hint="python -m storage.host.shared_storage down --work {owner}, or "
-                                                "stop the object endpoint serving from {owner}")
+                                                "stop the object endpoint serving from {owner}",
+                                   process=self.server.process if self.server else None)
         except loopback_limit.LoopbackLimitError as error:
             raise SharedStorageError(str(error)) from None
         self.tc_installed = True
 
     def _mount_on(self, host: str) -> None:
-        keys = self.work / "keys"
-        options = ",".join([f"IdentityFile={keys / 'client_ed25519'}", f"port={self.port}",
-                            "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR",
-                            "kernel_cache", "ServerAliveInterval=15"])
+        assert self.server is not None
+        options = ",".join([f"IdentityFile={self.server.client_key}", f"port={self.port}",
+                            f"UserKnownHostsFile={self.server.known_hosts}", "StrictHostKeyChecking=yes",
+                            "LogLevel=ERROR", "kernel_cache", "ServerAliveInterval=15"])
         _run([*self.emulated.enter(host), "sshfs", "-o", options, f"root@{ADDRESS}:{self.export}", str(self.mount)],
              f"mounting the export on {host}")
 
@@ -223,19 +228,17 @@ class SharedStorage:
         emulated = self.emulated
         for host in list(self.mounted):
             try:
-                prefix = emulated.enter(host)
+                prefix = emulated.enter(host)  # its holder checked: pid and start time
             except EmulatedHostsError:
+                self.mounted.remove(host)  # its namespace, and the mount in it, are gone with the holder
                 continue
             proc = subprocess.run([*prefix, "umount", "-l", str(self.mount)], capture_output=True, text=True)
             if proc.returncode != 0 and "not mounted" not in proc.stderr:
                 problems.append(f"unmounting on {host}: {proc.stderr.strip()}")
             self.mounted.remove(host)
-        if self.sshd_pid:
-            try:
-                os.kill(self.sshd_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            self.sshd_pid = None
+        if self.server is not None:
+            problems += self.server.stop()
+            self.server = None
         if self.tc_installed:
             problems += loopback_limit.remove(self.work)
             self.tc_installed = False
@@ -261,7 +264,8 @@ def _parser() -> argparse.ArgumentParser:
                                      description="A shared export read over a limited link by emulated client hosts.")
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start the server, the link limit, the hosts and their mounts")
-    up.add_argument("--work", type=Path, required=True, help="the folder of its keys, config, state and namespaces")
+    up.add_argument("--work", type=Path, required=True, help="the folder of its state, sshd's log and the hosts' namespaces (root's alone, and every "
+                         "folder above it; made 0700 when missing)")
     up.add_argument("--export", type=Path, required=True, help="the folder served (the dataset's storage)")
     up.add_argument("--hosts", required=True, help="the emulated client hosts, comma-separated (e.g. n1,n2)")
     up.add_argument("--mount", type=Path, required=True, help="where every host mounts the export")
@@ -275,12 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.action == "up":
-            storage = SharedStorage(work=args.work.resolve(), export=args.export.resolve(),
+            storage = SharedStorage(work=Path(os.path.abspath(args.work)), export=args.export.resolve(),
                                     hosts=tuple(h for h in args.hosts.split(",") if h), mount=args.mount.resolve(),
                                     read_mb_s=args.read_mb_s).up()
             print(json.dumps(storage.record(), indent=2))
             return 0
-        storage = SharedStorage.load(args.work.resolve())
+        storage = SharedStorage.load(Path(os.path.abspath(args.work)))
         if storage is None:
             print(f"[shared-storage] nothing is up in {args.work} (no {STATE_FILE})")
             return 0

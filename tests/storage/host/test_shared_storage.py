@@ -4,15 +4,19 @@ cannot be set up."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from storage.host.emulated_hosts import AGENT, EmulatedHosts, EmulatedHostsError, check_names
-from storage.host.shared_storage import SharedStorage, SharedStorageError, unavailable_reason
+from storage.host.root_folder import trusted_folder
+from storage.host.shared_storage import SharedStorage, SharedStorageError, main, unavailable_reason
+from storage.host.sshd_server import SERVER_ROOT
 from tests.environment import unavailable
 
 LIMIT_MB_S = 8.0
@@ -115,3 +119,141 @@ def test_bad_settings_are_refused_with_the_flag(tmp_path):
 def test_without_root_it_says_so(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "needs root" in unavailable_reason()
+
+
+# --- what a user other than root can plant in --work, and root must not act on ----------------------------
+
+
+@pytest.fixture
+def victim():
+    """A process of ours that a planted pid names: it must still run afterwards."""
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _planted_state(work: Path, pid: int, mount: Path) -> None:
+    """What the state file looked like when up() trusted it (format 1): sshd_pid and mounts named freely."""
+    (work / "shared_storage.json").write_text(json.dumps({
+        "work": str(work), "export": "/", "hosts": ["n1"], "mount": str(mount), "read_mb_s": None, "port": 1,
+        "sshd_pid": pid, "tc_installed": True, "mounted": ["n1"]}))
+
+
+def _attacker_key(tmp_path: Path) -> Path:
+    key = tmp_path / "attacker"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+def test_a_work_folder_another_user_owns_or_can_write_is_refused_and_nothing_it_names_is_touched(tmp_path, victim):
+    export = _export_or_unavailable(tmp_path)
+    planted = tmp_path / "planted"
+    (planted / "keys").mkdir(parents=True)
+    (planted / "keys" / "authorized_keys").write_text((_attacker_key(tmp_path).with_suffix(".pub")).read_text())
+    _planted_state(planted, victim.pid, tmp_path / "elsewhere")
+    (planted / "ns").mkdir()
+    (planted / "ns" / "n1.pid").write_text(f"{victim.pid}\n")
+    for path in (planted, *planted.rglob("*")):
+        os.chown(path, 1000, 1000)  # a user's folder, as one pre-created under /tmp
+    lo_before = _lo_root()
+    with pytest.raises(SharedStorageError, match=f"--work {planted} is owned by uid 1000, not root"):
+        SharedStorage(work=planted, export=export, hosts=("n1",), mount=tmp_path / "mnt", read_mb_s=8).up()
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    mine.chmod(0o777)
+    with pytest.raises(SharedStorageError, match="is writable by others"):
+        SharedStorage(work=mine, export=export, hosts=("n1",), mount=tmp_path / "mnt").up()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 1000, 1000)
+    with pytest.raises(SharedStorageError, match=f"the folder above it, {theirs}, is owned by uid 1000"):
+        SharedStorage(work=theirs / "work", export=export, hosts=("n1",), mount=tmp_path / "mnt").up()
+    assert victim.poll() is None and (planted / "ns" / "n1.pid").exists() and _lo_root() == lo_before
+    assert main(["down", "--work", str(planted)]) == 2  # `down` refuses it too
+    assert victim.poll() is None
+
+
+def test_planted_keys_and_state_in_a_root_folder_are_neither_used_nor_obeyed(tmp_path, victim):
+    export = _export_or_unavailable(tmp_path)
+    work = tmp_path / "work"
+    (work / "keys").mkdir(parents=True, mode=0o700)
+    attacker = _attacker_key(tmp_path)
+    (work / "keys" / "authorized_keys").write_text(attacker.with_suffix(".pub").read_text())
+    (work / "keys" / "client_ed25519").write_text("a key the old up() reused\n")
+    _planted_state(work, victim.pid, tmp_path / "elsewhere")
+    with pytest.raises(SharedStorageError, match="format None, not 2"):  # an unverifiable state: refused
+        SharedStorage(work=work, export=export, hosts=("n1",), mount=tmp_path / "mnt").up()
+    assert victim.poll() is None
+    # a current-format state whose pids are not the processes it started (the start time, the program)
+    start = Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    server = tempfile.mkdtemp(prefix="server-", dir=trusted_folder(SERVER_ROOT))
+    (work / "shared_storage.json").write_text(json.dumps({
+        "format": 2, "work": str(work), "export": str(export), "hosts": ["n1"], "mount": str(tmp_path / "mnt"),
+        "read_mb_s": None, "port": 1, "tc_installed": False, "mounted": ["n1"],
+        "server": {"folder": server, "port": 1, "executable": "/usr/sbin/sshd", "export": str(export),
+                   "process": f"{victim.pid}:{start}"}}))  # the victim is no sshd
+    (work / "ns").mkdir()
+    (work / "ns" / "n1.pid").write_text(f"{victim.pid} {start}\n")  # nor an emulated host's holder
+    shared = SharedStorage(work=work, export=export, hosts=("n1",), mount=tmp_path / "mnt").up()
+    try:
+        assert victim.poll() is None and not Path(server).exists()
+        planted_key = attacker.with_suffix(".pub").read_text().split()[1]
+        assert planted_key not in (shared.server.folder / "authorized_keys").read_text()
+        login = subprocess.run(["ssh", "-i", str(attacker), "-p", str(shared.port), "-o", "BatchMode=yes",
+                                "-o", f"UserKnownHostsFile={shared.server.known_hosts}", "root@127.0.0.2",
+                                "true"], capture_output=True, text=True, timeout=30)
+        assert login.returncode == 255 and "Permission denied" in login.stderr, login.stderr
+        assert _on(shared, "n1", f"ls {shared.mount}").split() == []  # the fresh storage serves the export
+    finally:
+        assert shared.down() == []
+    assert victim.poll() is None
+
+
+def test_the_server_serves_sftp_alone_and_its_key_opens_no_shell(tmp_path):
+    export = _export_or_unavailable(tmp_path)
+    (export / "a.txt").write_text("served\n")
+    with SharedStorage(work=tmp_path / "work", export=export, hosts=("n1",), mount=tmp_path / "mnt") as shared:
+        config = (shared.server.folder / "sshd_config").read_text().splitlines()
+        for line in ("PermitRootLogin forced-commands-only", "ForceCommand internal-sftp", "StrictModes yes",
+                     "AllowTcpForwarding no", "PasswordAuthentication no", "PermitTTY no",
+                     f"ChrootDirectory {shared.server.folder / 'chroot'}"):
+            assert line in config
+        assert (shared.server.folder / "authorized_keys").read_text().startswith('restrict,command="internal-sftp" ')
+        ssh = ["ssh", "-i", str(shared.server.client_key), "-p", str(shared.port), "-o", "BatchMode=yes",
+               "-o", f"UserKnownHostsFile={shared.server.known_hosts}", "root@127.0.0.2"]
+        shell = subprocess.run([*ssh, "echo opened"], capture_output=True, text=True, timeout=30)
+        assert "opened" not in shell.stdout and "sftp connections only" in shell.stdout + shell.stderr
+        listing = subprocess.run(["sftp", "-b", "-", "-i", str(shared.server.client_key), "-P", str(shared.port),
+                                  "-o", f"UserKnownHostsFile={shared.server.known_hosts}", "root@127.0.0.2"],
+                                 input=f"ls /\nget {export}/a.txt {tmp_path}/got.txt\n-ls /etc\n",
+                                 capture_output=True, text=True, timeout=30)
+        assert "/etc" in listing.stderr and "not found" in listing.stderr  # chrooted: the export's path alone
+        assert (tmp_path / "got.txt").read_text() == "served\n"
+        assert str(shared.server.folder) not in Path("/proc/mounts").read_text()  # sshd's own namespace
+        folder = shared.server.folder
+    assert not folder.exists()  # keys and chroot gone with the server
+
+
+def test_the_agent_enters_no_recycled_pid_and_no_folder_another_user_could_write(tmp_path, victim):
+    if os.geteuid() != 0:
+        unavailable("the agent runs as root")
+    root = tmp_path / "hosts"
+    (root / "ns").mkdir(parents=True)
+    start = int(Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+    def agent(host: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(AGENT), host, "echo entered"], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "MLPERF_EMULATED_HOSTS": str(root)})
+
+    (root / "ns" / "n1.pid").write_text(f"{victim.pid} {start + 1}\n")  # the pid, now another process's
+    refused = agent("n1")
+    assert refused.returncode == 255 and "is down" in refused.stderr and "entered" not in refused.stdout
+    (root / "ns" / "n1.pid").write_text(f"{victim.pid}\n")  # the old format: a pid alone
+    assert agent("n1").returncode == 255
+    (root / "ns" / "n1.pid").write_text(f"{victim.pid} {start}\n")
+    os.chown(root / "ns", 1000, 1000)
+    refused = agent("n1")
+    assert refused.returncode == 255 and "is not root's alone (uid 1000" in refused.stderr
