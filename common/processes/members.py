@@ -14,18 +14,24 @@ GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 
 
 def session_members(leader: ProcessIdentity) -> list[int]:
-    """The live processes of the session `leader` made (setsid): their session id is its pid and they
-    started no earlier than it. Found from /proc, so a process that left the leader's process group, or
-    whose parent ended, is still found. (A new session under the same pid would need the pid to be
-    reused while members of this one still run.)"""
-    members = []
+    """The live processes of the session `leader` made (setsid), and their descendants that made sessions
+    of their own (an MPI launcher's proxies, the ranks under them): found from /proc, so a process that
+    left the leader's process group, or whose parent ended but kept the session, is still found. Only
+    processes that started no earlier than the leader count. (A new session under the same pid would need
+    the pid to be reused while members of this one still run.)"""
+    table: dict[int, tuple[int, int, int]] = {}  # pid -> (session, parent, start) of live processes
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = stat_fields(int(entry.name))
-        if fields and int(fields[3]) == leader.pid and int(fields[19]) >= leader.start and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+        if entry.name.isdigit():
+            fields = stat_fields(int(entry.name))
+            if fields and fields[0] not in ("Z", "X") and int(fields[19]) >= leader.start:
+                table[int(entry.name)] = (int(fields[3]), int(fields[1]), int(fields[19]))
+    members = {pid for pid, (session, _, _) in table.items() if session == leader.pid}
+    grown = True
+    while grown:
+        children = {pid for pid, (_, parent, _) in table.items() if parent in members} - members
+        members |= children
+        grown = bool(children)
+    return sorted(members)
 
 
 def end_session(leader: ProcessIdentity, *, grace_s: float = GRACE_S) -> int:

@@ -1,6 +1,7 @@
 """A command in a session of its own, ended as a whole: every process in the session (its children,
 their children, a launcher's ranks and their loader workers), found by session id, not only its
-process group.
+process group, and their descendants that made sessions of their own (mpiexec's proxies and the ranks
+under them: common.processes.members).
 
     session = Session(cmd, stdout=log, cwd=...)      # also starts its guard
     try:

@@ -38,20 +38,22 @@ def _gone(marker: str, within_s: float) -> bool:
     return not with_marker(marker)
 
 
-# a child that leaves the session's process group (as a launcher's daemon may), beside a plain one
+# a child that leaves the session's process group, and one that makes a session of its own (as mpiexec's
+# proxies do), beside the plain parent
 _TWO = ("import os, subprocess, sys, time; "
         "subprocess.Popen([sys.executable, '-c', 'import os, time; os.setpgid(0, 0); time.sleep(300)', '{m}']); "
+        "subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(300)', '{m}']); "
         "time.sleep(300)")
 
 
-def test_end_reaches_every_process_of_the_session_even_one_in_another_process_group(tmp_path):
+def test_end_reaches_every_process_of_the_session_even_one_in_another_group_or_session(tmp_path):
     marker = f"mlperf-guard-test-{os.getpid()}-a"
     session = Session([sys.executable, "-c", _TWO.format(m=marker), marker])
     deadline = time.monotonic() + 20
-    while len(with_marker(marker)) < 2:
+    while len(with_marker(marker)) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert len(session_members(session.leader)) == 2
+    assert len(session_members(session.leader)) == 3
     session.end(grace_s=5)
     assert _gone(marker, 5)
     assert session.guard.wait(timeout=10) == 0  # nothing left to guard: it leaves
@@ -79,7 +81,7 @@ def test_the_guard_ends_the_session_and_removes_the_folder_when_its_owner_is_kil
                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert owner.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 20
-        while len(with_marker(marker)) < 2:
+        while len(with_marker(marker)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         os.killpg(owner.pid, sig)  # the owner's whole process group, as a job's end or a closed terminal does
