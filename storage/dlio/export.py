@@ -531,6 +531,10 @@ def _dlio_record_length(mean: float, fmt: str) -> int:
     return max(1, round(math.sqrt(max(payload, 1.0)))) ** 2
 
 
+# what dlio-benchmark 2.0.0's generators write per pass (dataset.generation_buffer_size)
+DLIO_2_GENERATION_BUFFER_BYTES = 16 << 20
+
+
 def _dlio_files(*, fmt: str, steps: int, batch: int, world: int, stored_per_file: int) -> tuple[int, int]:
     """(files, samples per file) for the replay: enough samples for every measured step, a sample
     count every rank divides, and, for indexed_binary, more files than ranks (with as many or fewer
@@ -584,6 +588,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
             "record_length_stdev": 0,
             "record_length_resize": DLIO_RESIZE_BYTES,
             "file_prefix": "sample",
+            "generation_buffer_size": DLIO_2_GENERATION_BUFFER_BYTES,
         },
         "reader": {
             "data_loader": "pytorch",
@@ -612,6 +617,9 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         + f", the measured mean {records['mean']:.1f} B; stdev 0 (2.0.0 varies sizes per file, not per "
         f"sample; measured stdev {records['stdev']:.1f} B).",
         f"record_length_resize {DLIO_RESIZE_BYTES}: the in-memory copy DLIO makes of each sample is its own cost.",
+        f"generation_buffer_size {DLIO_2_GENERATION_BUFFER_BYTES}: 2.0.0's indexed_binary generator packs each "
+        "buffer through one Python int per byte (~40x its size in memory); its 2 GiB default took 11.7 GB per "
+        "rank for DLRM-HSTU's 183 MB files and the OOM killer ended it.",
         f"read_threads {threads} (the trainer had {workers} loader worker(s)): DLIO's reader spends "
         f"~{DLIO_READER_S_PER_SAMPLE * 1e3:.1f} ms per sample of its own; preprocess_time is scaled by "
         f"{spread:.2f} so the emulated loader keeps the measured capacity.",

@@ -195,6 +195,15 @@ def test_indexed_binary_replays_have_more_files_than_ranks_and_equal_shares(worl
     assert per_file <= max(stored, 1) or files == world + 1
 
 
+def test_dlio_2_generates_in_bounded_buffers(tmp_path):
+    """2.0.0's indexed_binary generator holds ~40 B of Python objects per byte of its buffer: its
+    2 GiB default was OOM-killed generating DLRM-HSTU's replay files; the export bounds it."""
+    from storage.dlio.export import DLIO_2_GENERATION_BUFFER_BYTES, dlio_2_workload
+
+    _, text = dlio_2_workload(known_profile(world_size=2))
+    assert yaml.safe_load(text)["dataset"]["generation_buffer_size"] == DLIO_2_GENERATION_BUFFER_BYTES <= 64 << 20
+
+
 @pytest.mark.parametrize("damage, message", [
     (None, "no load profile in this run directory"),
     ("{not json", "not readable JSON"),
