@@ -3,7 +3,8 @@ and deaf to SIGTERM, SIGINT and SIGHUP (a job's end, `timeout` and a terminal si
 group of its owner), that waits for its owner to end and then ends the owner's command session
 (common.processes.session) and removes a folder (a staging directory) that the owner would have
 removed itself, had it lived. It leaves at once, doing nothing, when the session is over and the
-folder gone while its owner still runs: the owner cleaned up.
+folder, once made, gone while its owner still runs: the owner cleaned up (an owner that is done with
+a folder it never made ends the guard itself: `kill()`).
 
     start_guard(session=leader)              # a Session does this
     start_guard(remove=Path(staging))
@@ -51,8 +52,10 @@ def _repo_path() -> str:
 def guard(owner: ProcessIdentity, *, session: ProcessIdentity | None, remove: Path | None,
           poll_s: float = POLL_S) -> str | None:
     """Waits for the owner to end, then cleans up; what it did, as a line (None: nothing was left)."""
+    seen = False  # the folder may be made after the guard starts (DLIO's data): it is done once made and gone
     while owner.running():
-        if (session is None or not session_members(session)) and (remove is None or not remove.exists()):
+        seen = seen or (remove is not None and remove.exists())
+        if (session is None or not session_members(session)) and (remove is None or (seen and not remove.exists())):
             return None
         time.sleep(poll_s)
     done = []

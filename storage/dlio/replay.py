@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import yaml
 
+from common.processes.guard import start_guard
 from common.processes.session import Session
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio3_env, ensure_dlio_env
 from storage.dlio.dlio_reads import TreeReads
@@ -436,6 +437,8 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
                 "train": _dlio_command(python, world, dlio_config, name, data, train_out, False, mpi)}
     seconds: dict[str, float] = {}
     io: dict[str, dict[str, int] | None] = {}
+    # DLIO's data (the workload's size) goes however this process ends: below, or by the guard after a SIGKILL
+    guard = None if keep_data else start_guard(remove=data)
     try:
         print(f"[replay] {label} generates {name}'s {fmt} data in {data} ({world} rank(s))", flush=True)
         seconds["generate"], io["generate"] = _run_dlio(commands["generate"], python=python, log=work / "generate.log",
@@ -452,6 +455,9 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)
+        if guard is not None:
+            guard.kill()
+            guard.wait()
     result = trained_result(profile=profile, workload=name, dataset_format=fmt, world=world, train_out=train_out,
                             batch=int(workload.get("reader", {}).get("batch_size", 1)), sample_bytes=sample_bytes,
                             io=io, seconds=seconds, commands=commands,

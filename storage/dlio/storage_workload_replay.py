@@ -20,6 +20,7 @@ from typing import Callable
 
 import yaml
 
+from common.processes.guard import start_guard
 from storage.dlio import replay as replay_module
 from storage.dlio.dlio_env import ensure_dlio3_env
 from storage.dlio.export import EXPORT_DIR, ExportError, mlperf_storage_workloads
@@ -74,6 +75,7 @@ def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep
     commands = {"generate": replay_module._dlio_command(python, world, config, name, data, gen_out, True),
                 "train": replay_module._dlio_command(python, world, config, name, data, train_out, False)}
     seconds, io = {}, {}
+    guard = None if keep_data else start_guard(remove=data)  # DLIO's data goes after a SIGKILL too
     try:
         print(f"[replay] DLIO 3.0.x generates {name}'s {dataset['format']} data in {data} ({world} rank(s))",
               flush=True)
@@ -91,6 +93,9 @@ def storage_workload_replay(run_dir: Path, *, work_dir: Path | None = None, keep
     finally:
         if not keep_data:
             shutil.rmtree(data, ignore_errors=True)
+        if guard is not None:
+            guard.kill()
+            guard.wait()
     result = replay_module.trained_result(
         profile=profile, workload=name, dataset_format=dataset["format"], world=world, train_out=train_out,
         batch=int(workload["reader"]["batch_size"]), sample_bytes=sample_bytes, io=io, seconds=seconds,

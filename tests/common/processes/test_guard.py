@@ -93,12 +93,23 @@ def test_the_guard_ends_the_session_and_removes_the_folder_when_its_owner_is_kil
         assert not folder.exists(), sig
 
 
-def test_the_guard_leaves_at_once_when_its_owner_cleaned_up(tmp_path):
+def test_the_guard_leaves_once_its_owner_cleaned_up_and_waits_for_a_folder_not_made_yet(tmp_path):
+    import threading
+
     from common.processes.guard import guard
 
-    folder = tmp_path / "gone"
+    folder = tmp_path / "made-later"  # DLIO's data: made after the guard starts
     me = ProcessIdentity.of(os.getpid())
-    assert guard(me, session=None, remove=folder) is None  # nothing to remove while the owner runs
-    leader = ProcessIdentity.of(os.getpid())
-    assert ProcessIdentity.parse(str(leader)) == leader and leader.running()
-    assert not ProcessIdentity(leader.pid, leader.start + 1).running()  # the same pid, another process
+    done: list[str | None] = []
+    watching = threading.Thread(target=lambda: done.append(guard(me, session=None, remove=folder, poll_s=0.05)))
+    watching.start()
+    time.sleep(0.3)
+    assert watching.is_alive()  # not made yet: still guarding
+    folder.mkdir()
+    time.sleep(0.3)
+    assert watching.is_alive()
+    folder.rmdir()  # the owner removed it itself: nothing left to guard
+    watching.join(timeout=5)
+    assert done == [None]
+    assert ProcessIdentity.parse(str(me)) == me and me.running()
+    assert not ProcessIdentity(me.pid, me.start + 1).running()  # the same pid, another process

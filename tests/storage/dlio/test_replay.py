@@ -171,14 +171,17 @@ def test_stopping_the_replay_command_ends_dlio_ranks_and_workers(tmp_path, sig):
     fake = tmp_path / "dlio-env" / "bin" / "python"
     fake.parent.mkdir(parents=True)
     worker = "import os, time; os.setpgid(0, 0); time.sleep(300)"
-    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"import subprocess, sys, time; "
+    # it makes DLIO's data folder, as generation does, then runs a "rank" with a "worker"
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in ++workload.dataset.data_folder=*) "
+                    "mkdir -p \"${a#*=}/train\";; esac; done\n"
+                    f"exec {sys.executable} -c \"import subprocess, sys, time; "
                     f"subprocess.Popen([sys.executable, '-c', '{worker}', '{marker}']); time.sleep(300)\" {marker}\n")
     fake.chmod(0o755)
     proc = subprocess.Popen([sys.executable, "-c", _REPLAY_WITH_A_FAKE_DLIO, str(run), str(fake)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(_live_naming(marker)) < 2:  # DLIO's "rank" and its worker
+        while len(_live_naming(marker)) < 2 or not (run / "dlio" / "replay" / "data").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
             time.sleep(0.05)
         proc.send_signal(sig)
@@ -190,6 +193,10 @@ def test_stopping_the_replay_command_ends_dlio_ranks_and_workers(tmp_path, sig):
         while _live_naming(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _live_naming(marker)
+        data = run / "dlio" / "replay" / "data"
+        while data.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not data.exists()  # DLIO's data goes too (after a SIGKILL, by the guard)
     finally:
         proc.kill()
         for pid in _live_naming(marker):
