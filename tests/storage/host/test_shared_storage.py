@@ -106,14 +106,16 @@ def test_bad_host_names_are_refused():
         check_names(["n1", "n1"])
 
 
-def test_bad_settings_are_refused_with_the_flag(tmp_path):
-    _export_or_unavailable(tmp_path)
+def test_bad_settings_are_refused_with_the_flag_before_anything_needs_root(tmp_path):
     with pytest.raises(SharedStorageError, match="--export .*no such folder"):
         SharedStorage(work=tmp_path / "w", export=tmp_path / "missing", hosts=("n1",), mount=tmp_path / "m").up()
     (tmp_path / "e").mkdir()
     with pytest.raises(SharedStorageError, match="--read-mb-s must be > 0"):
         SharedStorage(work=tmp_path / "w", export=tmp_path / "e", hosts=("n1",), mount=tmp_path / "m",
                       read_mb_s=0).up()
+    with pytest.raises(SharedStorageError, match="--hosts: host name 'N1'"):
+        SharedStorage(work=tmp_path / "w", export=tmp_path / "e", hosts=("N1",), mount=tmp_path / "m").up()
+    assert not (tmp_path / "w").exists()  # refused before anything was made
 
 
 def test_without_root_it_says_so(monkeypatch):
