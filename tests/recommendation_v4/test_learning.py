@@ -1,7 +1,8 @@
 """DLRM-HSTU learns the planted signal: 300 steps of debug.gin on the small synthetic Yambda data
-reach an AUC on the test day well above both chance and the item-popularity baseline on the same
-samples (measured 0.649 vs 0.587 on 2026-11-26). A model that stopped learning (labels mis-wired,
-a broken gradient, a loader that reorders labels) stays near 0.5 and fails here."""
+reach an AUC on the holdout week well above both chance and the item-popularity baseline on the
+same samples (measured 0.6096 vs 0.5747 on 2026-11-28, with another job on the cores). A model that
+stopped learning (labels mis-wired, a broken gradient, a loader that reorders labels) stays near 0.5
+and fails here."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ STEPS = 300
 def test_three_hundred_steps_beat_chance_and_the_popularity_baseline(tmp_path):
     name = layout.synthetic_dataset_name("small", 0)
     ensure_synthetic(tmp_path / "data" / name, size="small", seed=0)
-    ensure_processed(tmp_path / "data" / name)
+    ensure_processed(tmp_path / "data" / name, "small")
     bindings = [f'recommendation_v4.DataConfig.data_root = "{tmp_path / "data"}"',
                 f'common.RunConfig.output_root = "{tmp_path / "runs"}"', 'common.RunConfig.run_name = "learns"',
                 f"common.RunConfig.max_steps = {STEPS}", "recommendation_v4.TrainConfig.eval_every_steps = 0",
@@ -33,4 +34,4 @@ def test_three_hundred_steps_beat_chance_and_the_popularity_baseline(tmp_path):
     summary = json.loads((tmp_path / "runs" / "recommendation_v4" / "learns" / "summary.json").read_text())
     auc, baseline = summary["final_auc"], summary["popularity_baseline_auc"]
     assert summary["steps"] == STEPS
-    assert auc >= 0.6 and auc >= baseline + 0.03, (auc, baseline)
+    assert auc >= 0.59 and auc >= baseline + 0.02, (auc, baseline)
