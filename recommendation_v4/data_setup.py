@@ -149,7 +149,13 @@ def _train_and_holdout(windows: AnchorWindows, stream: StreamingConfig) -> tuple
         raise ConfigError(
             f"recommendation_v4.StreamingConfig: the evaluation window {holdout} is not one after the train windows "
             f"{start}..{end - 1} among the data's {count} windows (set eval_holdout_window, num_windows or start_window)")
-    return list(range(start, min(end, count))), holdout
+    keys = list(range(start, min(end, count)))
+    if not keys:
+        raise ConfigError(
+            f"recommendation_v4.StreamingConfig: no train window before the evaluation window {holdout}: the data has "
+            f"{count} window(s) of {stream.window_seconds} s from start_window {start} (shorter windows, an earlier "
+            "start_window, or another eval_holdout_window)")
+    return keys, holdout
 
 
 @dataclasses.dataclass
@@ -320,6 +326,11 @@ class EvalPlan:
             raise ConfigError(f"recommendation_v4.TrainConfig.eval_batch_size={batch_size} does not split over "
                               f"{data.info.world_size} ranks")
         self.data, self.mode, self.batch_size, self.max_samples = data, mode, batch_size, max_samples
+        if data.eval_indices.size < batch_size:  # the reference drops a short last batch: nothing would be scored
+            raise ConfigError(
+                f"recommendation_v4.TrainConfig.eval_batch_size={batch_size} is more than the {data.eval_indices.size:,} "
+                f"samples of the evaluation window {data.holdout_window}, whose short last batch is dropped (as the "
+                "reference's loader drops it): lower it, or raise recommendation_v4.DataConfig.eval_max_samples")
         self.source = data.dataset
         self._train_keys = set(data.train_keys)
 

@@ -116,6 +116,8 @@ def test_windows_that_clash_with_the_holdout_are_config_errors(private_root: pat
         _data(private_root, stream=StreamingConfig(num_windows=count))
     with pytest.raises(ConfigError, match="start_window=99"):
         _data(private_root, stream=StreamingConfig(start_window=99))
+    with pytest.raises(ConfigError, match="no train window before the evaluation window 0: the data has 1 window"):
+        _data(private_root, stream=StreamingConfig(window_seconds=7 * DAY))  # the tiny data's 6 days: one window
 
 
 def test_ranks_train_round_robin_shares_of_the_users_order(private_root: pathlib.Path) -> None:
@@ -147,6 +149,8 @@ def test_evaluation_reads_the_holdout_or_the_next_window(private_root: pathlib.P
     assert following.batches(data.train_keys[1])[0].tolist() == nxt[1:20:2].tolist()
     with pytest.raises(ConfigError, match="eval_batch_size=3 does not split over 2 ranks"):
         EvalPlan(data, mode="holdout", batch_size=3, max_samples=0)
+    with pytest.raises(ConfigError, match="eval_batch_size=128 is more than the 100 samples of the evaluation window"):
+        EvalPlan(data, mode="holdout", batch_size=128, max_samples=0)
 
 
 def test_a_cache_that_cannot_be_written_is_one_data_error(private_root: pathlib.Path) -> None:

@@ -24,6 +24,8 @@ BENCHMARKS = {
     "flux": ["flux.DataConfig.validation_max_samples = 64", "flux.TrainConfig.eval_unconditional = False"],
     "recommendation_v4": ["recommendation_v4.DataConfig.dataset = 'yambda-synthetic-tiny-seed0'",
                           "recommendation_v4.DataConfig.eval_max_samples = 256",
+                          "recommendation_v4.TrainConfig.eval_batch_size = 64",
+                          "recommendation_v4.StreamingConfig.window_seconds = 86400",  # the tiny data's days
                           "recommendation_v4.StreamingConfig.start_window = 0"],
 }
 GENERATED_BY_THE_TRAINER = ("retinanet", "flux")
@@ -44,8 +46,10 @@ def test_trains_from_a_bucket_as_from_a_directory(package, object_endpoint, tmp_
     if package not in GENERATED_BY_THE_TRAINER:
         from recommendation_v4.data.synthetic import _main as generate
 
-        assert generate(["--size", "tiny", "--seed", "0", "--no-progress",
-                         "--out", "s3://data/root/yambda-synthetic-tiny-seed0"]) == 0  # its layout: <root>/<dataset>
+        # its layout: <root>/<dataset>, with the flat-event cache debug.gin reads (history 60, anchors from the
+        # 5th event), which a trainer does not build in a store
+        assert generate(["--size", "tiny", "--seed", "0", "--no-progress", "--cache", "60:5",
+                         "--out", "s3://data/root/yambda-synthetic-tiny-seed0"]) == 0
     from_store, output = _train(package, data_root="s3://data/root", output_root=tmp_path / "runs", run_name="s3")
     assert "s3://data/root/" in output
     assert ("[publish]" in output) == (package in GENERATED_BY_THE_TRAINER)  # generated into the bucket on first use
