@@ -125,13 +125,14 @@ class SharedStorage:
             if state.get("format") != STATE_FORMAT:
                 raise ValueError(f"format {state.get('format')!r}, not {STATE_FORMAT} (written by an older version: "
                                  "its pids carry no start time, so nothing it names is signalled)")
+            check_names(state["hosts"])  # they name files under work/ns
             return cls(work=work, export=Path(state["export"]), hosts=tuple(state["hosts"]),
                        mount=Path(state["mount"]), read_mb_s=state["read_mb_s"], port=int(state["port"]),
                        server=SshdServer.from_record(state["server"]), tc_installed=bool(state["tc_installed"]),
                        mounted=[str(h) for h in state["mounted"]])
         except UnsafeFolder as error:
             raise SharedStorageError(str(error)) from None
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (OSError, ValueError, KeyError, TypeError, EmulatedHostsError) as error:
             raise SharedStorageError(f"{path}: unreadable ({error}); remove it once nothing of it runs") from None
 
     # ------------------------------------------------------------------ up
