@@ -142,20 +142,24 @@ class SshdServer:
                  'mount --bind "$1" "$2" && exec "$3" -D -f "$4" -E "$5"', "sh", str(self.export), str(target),
                  self.executable, str(self.folder / "sshd_config"), str(log)],
                 stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True)
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SshdServerError(f"the storage's sshd exited ({proc.returncode}): {_tail(log)}")
-            started = dataclasses.replace(self, process=ProcessIdentity.of(proc.pid))
-            if started.running():
-                try:
-                    with socket.create_connection((ADDRESS, self.port), timeout=1):
-                        return started
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        proc.kill()
-        raise SshdServerError(f"sshd did not listen on {ADDRESS}:{self.port} within {START_S:.0f} s: {_tail(log)}")
+        try:
+            deadline = time.monotonic() + START_S
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise SshdServerError(f"the storage's sshd exited ({proc.returncode}): {_tail(log)}")
+                started = dataclasses.replace(self, process=ProcessIdentity.of(proc.pid))
+                if started.running():
+                    try:
+                        with socket.create_connection((ADDRESS, self.port), timeout=1):
+                            return started
+                    except OSError:
+                        pass
+                time.sleep(0.05)
+            raise SshdServerError(f"sshd did not listen on {ADDRESS}:{self.port} within {START_S:.0f} s: {_tail(log)}")
+        except BaseException:  # not started, or interrupted while starting: it must not run on unrecorded
+            proc.kill()
+            proc.wait()
+            raise
 
     def running(self) -> bool:
         """Its sshd still runs: the pid is the process it started, running the sshd program."""
