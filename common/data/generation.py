@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from common.data.generation_to_objects import out_location, refuse_folded_url
+from common.data.generation_to_objects import DataRootAction, out_location, refuse_folded_url
 from common.object_store.publish import SETTINGS_FILE
 
 PARTIAL_MARK = ".partial-"
@@ -519,9 +519,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, sizes: Sequence[str], defa
                         help="dataset directory, or s3://bucket/prefix (written in a local staging directory, then "
                              "uploaded; the endpoint and credentials from the AWS variables and config files) "
                              "(default: under --data-root, named after size and seed)")
-    parser.add_argument("--data-root", type=out_location, default=None,
+    parser.add_argument("--data-root", action=DataRootAction, default=None,
                         help="root of the default --out, a folder or s3://bucket/prefix (default: $MLPERF_DATA_ROOT "
                              "or ./data)")
+    parser.set_defaults(data_root_location=None)
     parser.add_argument("--num-train", type=int, help="training samples (overrides the size's)")
     parser.add_argument("--num-validation", type=int, help="validation samples (overrides the size's)")
     parser.add_argument("--fill-memory-ratio", type=float, metavar="R",

@@ -20,6 +20,16 @@ def out_location(text: str) -> Path | str:
     return text if is_object_url(text) else Path(text)
 
 
+class DataRootAction(argparse.Action):
+    """--data-root: a Path in `data_root`, as a generator has always read it, and the location whole in
+    `data_root_location` (an s3://bucket/prefix stays a URL; a Path would fold its '//', and a generator
+    that builds its --out from the Path is refused by `refuse_folded_url` rather than write a folder `s3:`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, Path(values))
+        setattr(namespace, "data_root_location", out_location(values))
+
+
 def writes_to_objects(args: argparse.Namespace) -> bool:
     return is_object_url(args.out)
 
@@ -30,7 +40,8 @@ def default_out(args: argparse.Namespace, default_root: Path,
     s3:// data root stays a URL (a Path would fold it into a local folder named `s3:`), and the default
     --out under it is put in args.out, so that `writes_to_objects` sees it."""
     if args.out is None:
-        root = args.data_root or out_location(os.environ.get("MLPERF_DATA_ROOT") or str(default_root))
+        root = getattr(args, "data_root_location", None) or out_location(
+            os.environ.get("MLPERF_DATA_ROOT") or str(default_root))
         try:
             location = under(root)
         except (ObjectStoreConfigError, ValueError) as error:

@@ -27,6 +27,8 @@ def test_the_default_out_under_an_s3_data_root_is_a_url_and_a_local_one_a_path(m
     assert default_out(args, tmp_path, under) == "s3://bucket/root/bench/x" == args.out
     args = _args(data_root="s3://other/p")  # the flag over the variable, its // kept
     assert default_out(args, tmp_path, under) == "s3://other/p/bench/x"
+    # what a generator that reads args.data_root as a Path gets: the folded URL, refused by run_command
+    assert _args(data_root="s3://other/p").data_root == Path("s3:/other/p")
     assert default_out(_args(out=str(tmp_path / "given")), tmp_path, under) == tmp_path / "given"
 
 
