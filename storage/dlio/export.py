@@ -619,7 +619,7 @@ def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
         f"record_length_resize {DLIO_RESIZE_BYTES}: the in-memory copy DLIO makes of each sample is its own cost.",
         f"generation_buffer_size {DLIO_2_GENERATION_BUFFER_BYTES}: 2.0.0's indexed_binary generator packs each "
         "buffer through one Python int per byte (~40x its size in memory); its 2 GiB default took 11.7 GB per "
-        "rank for DLRM-HSTU's 183 MB files and the OOM killer ended it.",
+        "rank for files of 183 MB and the OOM killer ended it.",
         f"read_threads {threads} (the trainer had {workers} loader worker(s)): DLIO's reader spends "
         f"~{DLIO_READER_S_PER_SAMPLE * 1e3:.1f} ms per sample of its own; preprocess_time is scaled by "
         f"{spread:.2f} so the emulated loader keeps the measured capacity.",
