@@ -841,9 +841,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"--fill-memory-ratio {args.fill_memory_ratio:g}: {users:,} users of about {config.events_per_user:,.0f} "
               f"events fill {args.fill_memory_ratio:g} x this host's {generation.host_memory_bytes() / 2**30:,.1f} GiB")
         config = dataclasses.replace(config, num_users=users)
-    data_root = args.data_root or pathlib.Path(os.environ.get("MLPERF_DATA_ROOT", "data"))
-    out = args.out or layout.default_dataset_dir(data_root, layout.synthetic_dataset_name(args.size, args.seed,
-                                                                                          args.content))
+    # the default --out under --data-root / MLPERF_DATA_ROOT, an s3:// root staying a URL (the bucket)
+    name = layout.synthetic_dataset_name(args.size, args.seed, args.content)
+    generation_to_objects.default_out(args, pathlib.Path("data"), lambda root: layout.default_dataset_dir(root, name))
+    out = args.out
     if generation_to_objects.writes_to_objects(args):  # the staging run builds the --cache caches a trainer reads
         return generation_to_objects.generate_to_objects(_main, argv, args)
     plan = SyntheticPlan(args.size, config, seed=args.seed, content=args.content)

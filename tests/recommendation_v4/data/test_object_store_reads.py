@@ -283,3 +283,17 @@ def test_a_prefix_without_data_names_what_is_missing(endpoint: ObjectEndpoint) -
     with pytest.raises(schema.DatasetError, match=f"{mapping} missing"):
         ItemMaps.load(ObjectPath(f"s3://{BUCKET}/nothing-here/{TINY}"),
                       ObjectPath(f"s3://{BUCKET}/nothing-here/{TINY}/processed_tiny"))
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_an_s3_data_root_without_out_is_written_to_the_bucket(endpoint: ObjectEndpoint, tmp_path: pathlib.Path,
+                                                              monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    extra = ["--data-root", f"s3://{BUCKET}/{how}"] if how == "flag" else []
+    if how == "env":
+        monkeypatch.setenv("MLPERF_DATA_ROOT", f"s3://{BUCKET}/{how}")
+    assert synthetic._main([*GENERATE, *extra]) == 0
+    assert not (tmp_path / "s3:").exists()  # not a local folder named after the URL
+    published = ObjectPath(f"s3://{BUCKET}/{how}/{TINY}")
+    assert cf.is_ready(layout.cache_dir(published, TINY_SIZE, HISTORY_LENGTH))
+
