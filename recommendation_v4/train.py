@@ -18,6 +18,8 @@ if __name__ == "__main__":  # a preemption signal while the imports below load i
 
 from typing import Sequence
 
+import torch
+
 from common.data.loader import StreamingLoader
 from common.distributed.process_exit import exit_rank
 from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
@@ -71,6 +73,8 @@ class DlrmBuild:
     def training(self, plan: DataPlan) -> TrainingPlan:
         ctx, c, cfg, mcfg, info, data = self.ctx, self.c, self.cfg, self.mcfg, self.ctx.info, self.yambda
         schedule, train_loader = plan.schedule, plan.loader
+        if info.device.type == "cpu":  # the same bits at any count (test_determinism.py), said for the record
+            ctx.say(f"[cpu] {torch.get_num_threads()} intra-op threads (common.RunConfig.num_threads; 0: torch's default)")
         ctx.seed_shared()  # identical dense init on every rank; the tables are filled after sharding
         model = DlrmHSTU(config=mcfg, table_rows=data.table_rows, kernel=HammerKernel(cfg.kernel), bf16=cfg.bf16)
         dmp, sharding_plan = shard_model(model=model, device=info.device, world_size=info.world_size,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from recommendation_v4.model.jagged_index import row_positions, row_sequence_ids
 from recommendation_v4.model.layers import LayerNorm
@@ -49,8 +50,11 @@ class PositionTimeEncoder(torch.nn.Module):
         position = torch.where(is_context, pos_in_seq, reverse).clamp(max=self.max_seq_len - 1)
         gap = torch.clamp(query_time[seq] - row_timestamps, min=0).to(torch.float64)
         bucket = torch.clamp(torch.sqrt(gap / 60.0).floor().to(torch.int64), max=self.num_time_buckets)
-        time_emb = self.time_table[bucket] * (~is_context).unsqueeze(-1).to(x.dtype)
-        return x * self.scale + self.position_table[position].to(x.dtype) + time_emb.to(x.dtype)
+        # embedding(), not table[index]: on CPU the backward of advanced indexing (index_put with
+        # accumulate) adds a repeated row's gradients with atomic adds across intra-op threads, in
+        # an order that changes run to run; embedding's backward sums each row in index order
+        time_emb = F.embedding(bucket, self.time_table) * (~is_context).unsqueeze(-1).to(x.dtype)
+        return x * self.scale + F.embedding(position, self.position_table).to(x.dtype) + time_emb.to(x.dtype)
 
 
 class TimestampPostprocessor(torch.nn.Module):
