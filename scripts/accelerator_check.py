@@ -342,7 +342,8 @@ def _train(ctx: Context, package: str, gin: str, bindings: list[str], name: str,
 def step_dlrm(ctx: Context, step: StepResult) -> None:
     gin = "recommendation_v4/configs/debug.gin"
     common = ['recommendation_v4.DataConfig.dataset = "yambda-synthetic-tiny-seed0"',
-              "recommendation_v4.DataConfig.eval_max_samples = 256", "recommendation_v4.TrainConfig.eval_every_steps = 0",
+              "recommendation_v4.DataConfig.eval_max_samples = 256", "recommendation_v4.TrainConfig.eval_batch_size = 128",
+              "recommendation_v4.TrainConfig.eval_every_steps = 0",
               "recommendation_v4.StreamingConfig.window_seconds = 86400",  # the tiny data has five daily windows
               "recommendation_v4.StreamingConfig.start_window = 0"]
     if not ctx.accelerator:

@@ -28,7 +28,7 @@ from tests.trainers.trainer_process import REPO, trainer_env
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 BATCH, SECONDS_PER_STEP, STEPS, THRESHOLD = 16, 0.4, 16, 0.85
-LIMIT_MB_S = 8.0
+LIMIT_MB_S = 6.0  # 2 accelerators ask ~4.8 MB/s of it (AU 1.0), 4 ask ~9.6 (AU ~0.63): both far from the bar
 CLIENT_MEMORY_GIB = 0.3
 HOSTS = ("n1", "n2")
 
