@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from common.object_store import client
 from common.object_store.endpoint import ObjectStoreConfigError
 from common.object_store.location import ObjectPath, is_object_url
 from common.object_store.publish import PublishRefused, generate_then_publish
@@ -72,12 +73,15 @@ def generate_to_objects(main: Callable[[list[str]], int], argv: Sequence[str] | 
     it holds). One process writes the whole dataset: the metadata is made from every data file, which a
     shard's staging directory would not hold."""
     if args.dry_run or args.finalize or args.no_finalize or args.shard.count > 1:
-        raise SystemExit(f"--out {args.out}: --dry-run, --finalize, --no-finalize and --shard need a directory; an "
-                         "s3:// dataset is generated whole by one command")
+        _usage_error(f"--out {args.out}: --dry-run, --finalize, --no-finalize and --shard need a directory; an "
+                     "s3:// dataset is generated whole by one command")
     try:
         target = ObjectPath(args.out)
-    except (ObjectStoreConfigError, ValueError) as error:
-        raise SystemExit(f"--out {args.out}: {error}") from None
+        # no endpoint, no credentials, an endpoint that does not answer, a bucket that cannot be made: said
+        # before anything is generated, as the settings' error they are
+        client.make_bucket(target.endpoint, target.bucket)
+    except (ObjectStoreConfigError, ValueError, OSError) as error:
+        _usage_error(f"--out {args.out}: {error}")
     argv = list(sys.argv[1:] if argv is None else argv)
     codes: list[int] = []
 
@@ -92,8 +96,9 @@ def generate_to_objects(main: Callable[[list[str]], int], argv: Sequence[str] | 
         generate_then_publish(target, write, say=print, overwrite=args.overwrite)
     except PublishRefused as error:  # a prefix of other settings: as a local --out of other settings
         _usage_error(f"--out {args.out}: {error}")
-    except (ObjectStoreConfigError, OSError) as error:  # no endpoint, no credentials, a refused request
-        raise SystemExit(f"--out {args.out}: {error}") from None
+    except (ObjectStoreConfigError, OSError) as error:  # a request refused or failed while uploading
+        print(f"error: --out {args.out}: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     return codes[-1]
 
 

@@ -96,10 +96,18 @@ def _url(bucket: str, key: str) -> str:
 
 def _failure(error: Exception, endpoint: Endpoint, bucket: str, key: str, what: str) -> OSError:
     code = getattr(error, "code", None)
+    status = getattr(error, "_code", None)
     # rclone's serve s3 answers a GET of a missing key with a bare 404 (minio: InvalidResponseError)
-    if code in _MISSING_CODES or getattr(error, "_code", None) == 404:
+    if key and (code in _MISSING_CODES or status == 404):
         return FileNotFoundError(f"{_url(bucket, key)}: no such object at {endpoint.url} ({code})")
-    detail = f"{code}: {getattr(error, 'message', '')}" if code else f"{type(error).__name__}: {error}"
+    if code:
+        detail = f"{code}: {getattr(error, 'message', '')}"
+    elif status is not None:  # a bare HTTP answer: a bucket's 404 is a server that is no S3 endpoint
+        detail = f"HTTP {status}{': is it an S3 endpoint?' if status == 404 and not key else ''}"
+    elif getattr(error, "reason", None) is not None:  # urllib3's MaxRetryError: why the connection failed
+        detail = "cannot reach it: " + str(error.reason).split("): ", 1)[-1]  # after urllib3's repr of the pool
+    else:
+        detail = f"{type(error).__name__}: {error}"
     return ObjectStoreError(f"{_url(bucket, key)}: {what} failed at {endpoint.url} ({detail})")
 
 

@@ -38,3 +38,46 @@ def test_a_folded_s3_url_is_refused_in_one_line(tmp_path, capsys):
     assert refused.value.code == 2 and "lost its '//'" in capsys.readouterr().err
     refuse_folded_url(tmp_path / "s3:")  # an absolute folder of that name is the user's choice
     refuse_folded_url("s3://bucket/root")
+
+
+# each generator's module and the function `python -m` runs
+GENERATORS = ["flux.data.synthetic:main", "retinanet.data.synthetic:main", "recommendation_v4.data.synthetic:_main"]
+
+
+def _generate_to(module: str, out: str, tmp_path, monkeypatch) -> int:
+    """The generator's command with --out `out`, its staging under tmp_path/staging (nothing may be made there)."""
+    import importlib
+
+    module, function = module.split(":")
+    monkeypatch.setenv("MLPERF_STAGING_DIR", str(tmp_path / "staging"))
+    (tmp_path / "staging").mkdir(exist_ok=True)
+    with pytest.raises(SystemExit) as refused:
+        getattr(importlib.import_module(module), function)(["--out", out])
+    assert not any((tmp_path / "staging").iterdir()), "a refused --out generated before refusing"
+    return refused.value.code
+
+
+@pytest.mark.parametrize("module", GENERATORS)
+def test_an_endpoint_that_does_not_answer_is_one_line_with_status_2_before_generating(module, tmp_path, monkeypatch,
+                                                                                      capsys):
+    from storage.host.object_endpoint import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    assert _generate_to(module, "s3://bucket/prefix", tmp_path, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out s3://bucket/prefix: s3://bucket/: creating the bucket failed at http://127.0.0.1:")
+    assert "cannot reach it: " in err and "Connection refused" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("module", GENERATORS)
+def test_no_bucket_or_one_the_endpoint_cannot_make_is_one_line_with_status_2(module, object_endpoint, tmp_path,
+                                                                           monkeypatch, capsys):
+    assert _generate_to(module, "s3://", tmp_path, monkeypatch) == 2
+    assert capsys.readouterr().err == "error: --out s3://: 's3://' names no bucket (s3://bucket/prefix)\n"
+    assert _generate_to(module, "s3://Not_A_Bucket/x", tmp_path, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out s3://Not_A_Bucket/x: s3://Not_A_Bucket/: creating the bucket failed at ")
+    assert "invalid bucket name Not_A_Bucket" in err and err.count("\n") == 1
