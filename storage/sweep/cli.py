@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shlex
 import shutil
@@ -246,12 +247,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     counts(args.max_accelerators)
     if args.steps < 2:  # AU counts the steps after the first: one step has none
         raise SweepError(f"--steps must be >= 2 (AU is measured over the steps after the first), got {args.steps}")
-    if args.timeout_s is not None and args.timeout_s <= 0:
-        raise SweepError(f"--timeout-s must be > 0, got {args.timeout_s}")
+    if args.timeout_s is not None and not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
+        raise SweepError(f"--timeout-s must be a number of seconds > 0, got {args.timeout_s}")
     for config in args.gin_config:
         if not config.is_file():
             raise SweepError(f"--gin_config {config}: no such file")
-    if args.client_host_memory_in_gb is not None and not args.client_host_memory_in_gb > 0:
+    if args.client_host_memory_in_gb is not None and not 0 < args.client_host_memory_in_gb < math.inf:
         raise SweepError(f"--client-host-memory-in-gb must be > 0, got {args.client_host_memory_in_gb}")
     for binding in args.gin_bindings:
         name = binding.split("=", 1)[0].strip()
@@ -270,7 +271,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         if not {"storage.Emulation.seconds_per_step", "storage.Emulation.batch_per_accelerator"} <= bound:
             raise SweepError(f"--accelerator {args.accelerator!r} with --compute-times {args.compute_times}: {error}") \
                 from None
-    if args.phase_probe_mb < 0:
+    if not 0 <= args.phase_probe_mb < math.inf:
         raise SweepError(f"--phase-probe-mb must be >= 0, got {args.phase_probe_mb:g}")
     args.phases_profile = _phases_profile(args.phases_from) if args.phases_from is not None else None
     if args.dlio_work_dir is not None and not args.dlio:
@@ -289,9 +290,16 @@ def output_folder(args: argparse.Namespace) -> Path:
     """--out, made fresh: an earlier sweep's run directories would otherwise be read as this one's."""
     out = args.out or Path("runs") / "sweeps" / f"{args.benchmark}_{args.accelerator}_{time.strftime('%Y%m%d-%H%M%S')}"
     out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise SweepError(f"--out {out}: exists and is not empty; give a new folder")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: is a file, not a folder; give a new folder")
+    try:
+        if out.exists() and any(out.iterdir()):
+            raise SweepError(f"--out {out}: exists and is not empty; give a new folder")
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        (out / "runs" / ".written").touch()  # a folder that can be made but not written to fails here, not later
+        (out / "runs" / ".written").unlink()
+    except OSError as error:  # a file on the way, no permission, a read-only file system
+        raise SweepError(f"--out {out}: the sweep cannot write there ({error.strerror or error})") from None
     return out
 
 

@@ -5,10 +5,12 @@
   `srun` places the N ranks over min(H, N) of its nodes, one task per emulated accelerator, as
   scripts/slurm/train.sbatch does; the ranks read SLURM_PROCID/SLURM_NTASKS, and rank 0's node is
   the rendezvous point (its NodeAddr).
-- `mpi`: `mpiexec -n N -hosts h1:s1,h2:s2 ...` as MLPerf Storage launches DLIO (mpich Hydra's
-  spelling; the ranks read PMI_RANK/PMI_SIZE), the N ranks spread over the hosts as mlpstorage
-  spreads them (`spread`); the launcher reaches each host with ssh, or with `launcher_exec`
-  (storage/host/emulated_host_ssh for the emulated hosts of one machine).
+- `mpi`: mpiexec over the hosts as MLPerf Storage launches DLIO, the N ranks spread over them as
+  mlpstorage spreads them (`spread`), in the flags of the mpiexec that runs it (`mpi_flavor`, from its
+  --version): MPICH's Hydra (also Intel MPI's) `mpiexec -n N -hosts h1:s1,h2:s2 -genv NAME VALUE`
+  (the ranks read PMI_RANK/PMI_SIZE), Open MPI's `mpiexec -n N --host h1:s1,h2:s2 -x NAME=VALUE
+  --bind-to none` (OMPI_COMM_WORLD_RANK/SIZE). The launcher reaches each host with ssh, or with
+  `launcher_exec` (storage/host/emulated_host_ssh for the emulated hosts of one machine).
 
 Every launch runs the trainer the same way; only the prefix differs.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -73,6 +76,57 @@ def spread(n: int, hosts: Sequence[tuple[str, int | None]]) -> list[tuple[str, i
     return [(name, count) for name, count in placed if count > 0]
 
 
+def mpi_flavor(mpiexec: str) -> tuple[str, int]:
+    """("openmpi" or "mpich", major version) of the mpiexec at `mpiexec`, by its --version; LaunchError
+    naming it when it does not run or is neither (`mpi_flavor_of_version`)."""
+    try:
+        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(f"--mpiexec {mpiexec}: cannot run its --version ({error})") from None
+    return mpi_flavor_of_version(proc.stdout + proc.stderr, mpiexec)
+
+
+def mpi_flavor_of_version(text: str, mpiexec: str) -> tuple[str, int]:
+    """What `mpiexec --version` printed, told apart: Open MPI's names itself "(Open MPI) X.Y.Z" (older ones
+    "(OpenRTE)"), MPICH's Hydra prints "HYDRA build details" and its Version, Intel MPI's its library (a Hydra)."""
+    found = re.search(r"\((?:Open MPI|OpenRTE)\)\s+(\d+)", text)
+    if found:
+        return "openmpi", int(found.group(1))
+    if "HYDRA build details" in text or "Intel(R) MPI Library" in text:
+        found = re.search(r"Version:\s+(\d+)", text) or re.search(r"Version (\d+)", text)
+        return "mpich", int(found.group(1)) if found else 0
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "nothing")
+    raise LaunchError(f"--mpiexec {mpiexec}: neither Open MPI's nor MPICH's (Hydra) by its --version ({first!r}); "
+                      "give --mpiexec one of them")
+
+
+def mpich_command(mpiexec: str, n: int, placed: Sequence[tuple[str, int]], env: dict[str, str],
+                  launcher_exec: str | None) -> list[str]:
+    """MPICH Hydra's launch of n ranks placed (host, ranks) on the hosts, with `env` set on every rank."""
+    cmd = [mpiexec, "-n", str(n), "-hosts", ",".join(f"{h}:{k}" for h, k in placed)]
+    if launcher_exec:
+        cmd += ["-launcher", "ssh", "-launcher-exec", launcher_exec]
+    for name, value in env.items():  # Hydra passes the environment on; named here so a host's own cannot win
+        cmd += ["-genv", name, value]
+    return cmd
+
+
+def openmpi_command(mpiexec: str, n: int, placed: Sequence[tuple[str, int]], env: dict[str, str],
+                    launcher_exec: str | None, *, major: int, as_root: bool) -> list[str]:
+    """Open MPI's launch of the same: --host with slots, -x NAME=VALUE, the agent as its ssh (an MCA
+    parameter: plm_rsh_agent up to 4.x, PRRTE's plm_ssh_agent from 5), and no binding: Open MPI binds
+    each rank to a core by default (Hydra binds nothing), which would leave a rank's loader workers one."""
+    cmd = [mpiexec, "-n", str(n), "--host", ",".join(f"{h}:{k}" for h, k in placed), "--bind-to", "none"]
+    if as_root:  # Open MPI refuses root without it; the emulated hosts are root's
+        cmd.append("--allow-run-as-root")
+    if launcher_exec:
+        cmd += ["--prtemca", "plm_ssh_agent", launcher_exec] if major >= 5 else \
+               ["--mca", "plm_rsh_agent", launcher_exec]
+    for name, value in env.items():
+        cmd += ["-x", f"{name}={value}"]
+    return cmd
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -107,6 +161,7 @@ class Launcher:
     kind: str = "standalone"
     hosts: tuple[tuple[str, int | None], ...] = ()
     mpiexec: str = "mpiexec"
+    mpi: tuple[str, int] = ("mpich", 0)  # whose mpiexec it is, and its major version (mpi_flavor)
     launcher_exec: str | None = None  # what mpiexec runs instead of ssh to reach a host
     master_addr: str | None = None
     extra_env: tuple[tuple[str, str], ...] = ()
@@ -141,11 +196,11 @@ class Launcher:
             # one task per rank; srun ends the step when a rank fails, rather than leave the others waiting
             return ["srun", f"--nodes={len(placed)}", f"--ntasks={n}", "--distribution=block", "--kill-on-bad-exit=1",
                     "--export=ALL", python], env
-        cmd = [self.mpiexec, "-n", str(n), "-hosts", ",".join(f"{h}:{k}" for h, k in placed)]
-        if self.launcher_exec:
-            cmd += ["-launcher", "ssh", "-launcher-exec", self.launcher_exec]
-        for name, value in env.items():  # Hydra passes the environment on; named here so a host's own cannot win
-            cmd += ["-genv", name, value]
+        if self.mpi[0] == "openmpi":
+            cmd = openmpi_command(self.mpiexec, n, placed, env, self.launcher_exec, major=self.mpi[1],
+                                  as_root=os.geteuid() == 0)
+        else:
+            cmd = mpich_command(self.mpiexec, n, placed, env, self.launcher_exec)
         return cmd + [python], env
 
 
@@ -156,6 +211,9 @@ def make_launcher(kind: str, *, hosts: Sequence[str], mpiexec: str | None, emula
         raise LaunchError(f"--launcher {kind!r}: one of {', '.join(LAUNCHERS)}")
     extra_env: tuple[tuple[str, str], ...] = ()
     launcher_exec = None
+    if emulated_hosts is not None and kind == "standalone":
+        raise LaunchError(f"--emulated-hosts {emulated_hosts}: the standalone launcher runs every rank on this host; "
+                          "the emulated hosts are reached with --launcher mpi --hosts (or slurm)")
     if emulated_hosts is not None:
         from storage.host.emulated_hosts import AGENT
 
@@ -180,8 +238,8 @@ def make_launcher(kind: str, *, hosts: Sequence[str], mpiexec: str | None, emula
     if not parsed:
         raise LaunchError("--launcher mpi needs --hosts (the client hosts, as mlpstorage's --hosts)")
     binary = mpiexec or _default_mpiexec()
-    return Launcher(kind="mpi", hosts=tuple(parsed), mpiexec=binary, launcher_exec=launcher_exec,
-                    master_addr=master_addr, extra_env=extra_env)
+    return Launcher(kind="mpi", hosts=tuple(parsed), mpiexec=binary, mpi=mpi_flavor(binary),
+                    launcher_exec=launcher_exec, master_addr=master_addr, extra_env=extra_env)
 
 
 def _default_mpiexec() -> str:

@@ -192,7 +192,13 @@ def test_the_launch_is_plain_python_for_one_rank_torchrun_for_more_and_the_sweep
     (["--gin_bindings", "common.RunConfig.max_steps = 3"], "sets common.RunConfig.max_steps itself"),
     (["--steps", "1"], "--steps must be >= 2"),
     (["--max-accelerators", "0"], "--max-accelerators must be >= 1"),
-    (["--timeout-s", "0"], "--timeout-s must be > 0"),
+    (["--timeout-s", "0"], "--timeout-s must be a number of seconds > 0, got 0.0"),
+    (["--timeout-s", "nan"], "--timeout-s must be a number of seconds > 0, got nan"),
+    (["--timeout-s", "inf"], "--timeout-s must be a number of seconds > 0, got inf"),
+    (["--client-host-memory-in-gb", "inf"], "--client-host-memory-in-gb must be > 0, got inf"),
+    (["--phase-probe-mb", "nan"], "--phase-probe-mb must be >= 0, got nan"),
+    (["--emulated-hosts", "/srv/hosts"], "--emulated-hosts /srv/hosts: the standalone launcher runs every rank on "
+                                         "this host; the emulated hosts are reached with --launcher mpi"),
     (["--dlio-work-dir", "/tmp"], "--dlio-work-dir is only used with --dlio"),
     (["--client-host-memory-in-gb", "0"], "--client-host-memory-in-gb must be > 0"),
     (["--client-host-memory-in-gb", "4", "--gin_bindings", "storage.Emulation.client_host_memory_in_gb = 2"],
@@ -219,6 +225,27 @@ def test_an_existing_output_folder_is_refused(tmp_path, capsys):
     assert main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out",
                  str(tmp_path / "out")]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def _refused_out(out: Path, tmp_path: Path, capsys) -> str:
+    gin = tmp_path / "a.gin"
+    gin.write_text("")
+    assert main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(gin), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: ") and err.count("\n") == 1
+    return err
+
+
+def test_an_output_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert "is a file, not a folder" in _refused_out(tmp_path / "file", tmp_path, capsys)
+    assert "the sweep cannot write there (Not a directory)" in _refused_out(tmp_path / "file" / "out", tmp_path, capsys)
+
+
+def test_an_output_folder_on_a_read_only_file_system_is_one_line(small_tmpfs, tmp_path, capsys):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    err = _refused_out(small_tmpfs / "out", tmp_path, capsys)
+    assert "the sweep cannot write there (Read-only file system)" in err
 
 
 def test_a_failed_point_names_its_command_and_shows_its_log(tmp_path):
