@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.table and not args.benchmark and not args.compute_times:
         parser.error("give --benchmark NAME, --table or --compute-times")
+    refused = _refused(args)
+    if refused:  # before the profile, which can take minutes
+        print(f"python -m storage.compute: {refused}", file=sys.stderr)
+        return 2
     warnings.filterwarnings("ignore", module="torch.distributed._tools")
     try:
         if args.compute_times:
@@ -93,8 +97,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m storage.compute: {error}", file=sys.stderr)
         return 2
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        try:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        except OSError as error:
+            print(f"python -m storage.compute: --out {args.out}: cannot be written ({error.strerror or error})",
+                  file=sys.stderr)
+            return 2
     return 0
+
+
+def _refused(args: argparse.Namespace) -> str | None:
+    """What argparse cannot check: sizes that must be whole numbers >= 1 (0 would silently be the reference's),
+    and an --out whose folder is not there."""
+    for flag in ("world_size", "ranks_per_node", "batch_per_rank"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            return f"--{flag.replace('_', '-')} must be >= 1, got {value}"
+    if args.out is not None:
+        if args.out.is_dir():
+            return f"--out {args.out}: is a folder; give the JSON file's path"
+        if not args.out.parent.is_dir():
+            return f"--out {args.out}: its folder {args.out.parent} does not exist"
+    return None
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -35,3 +37,32 @@ def test_unknown_benchmark_and_flavor_exit_2():
     assert _run("--benchmark", "nope").returncode == 2
     done = _run("--benchmark", "retinanet", "--flavor", "huge", "--no-memory")
     assert done.returncode == 2 and "huge" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--world-size", "0"], "--world-size must be >= 1, got 0"),
+    (["--world-size", "-4"], "--world-size must be >= 1, got -4"),
+    (["--world-size", "4", "--batch-per-rank", "0"], "--batch-per-rank must be >= 1, got 0"),
+    (["--world-size", "4", "--ranks-per-node", "-1"], "--ranks-per-node must be >= 1, got -1"),
+    (["--world-size", "4", "--out", "{tmp}/absent/flux.json"], "--out {tmp}/absent/flux.json: its folder {tmp}/absent "
+                                                               "does not exist"),
+    (["--world-size", "4", "--out", "{tmp}"], "--out {tmp}: is a folder; give the JSON file's path"),
+])
+def test_a_bad_size_or_out_is_one_line_with_status_2_before_the_profile(tmp_path, capsys, monkeypatch, args, line):
+    from storage.compute import __main__ as cli
+
+    monkeypatch.setattr(cli, "profile_benchmark", lambda *a, **k: pytest.fail("profiled before refusing"))
+    assert cli.main(["--benchmark", "flux", "--flavor", "flux-tiny", *(a.format(tmp=tmp_path) for a in args)]) == 2
+    assert capsys.readouterr() == ("", f"python -m storage.compute: {line.format(tmp=tmp_path)}\n")
+
+
+def test_an_out_that_cannot_be_written_is_one_line_with_status_2(tmp_path, capsys):
+    from storage.compute.__main__ import main
+
+    # its folder is there, so the profile is made; the write follows a link into a folder that is not
+    out = tmp_path / "flux.json"
+    out.symlink_to(tmp_path / "absent" / "target.json")
+    assert main(["--benchmark", "flux", "--flavor", "flux-tiny", "--world-size", "4", "--batch-per-rank", "1",
+                 "--no-memory", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"python -m storage.compute: --out {out}: cannot be written (No such file or directory)\n"
