@@ -9,7 +9,13 @@ rclone's own `--bwlimit` (`limit_with="rclone"`, no root needed; its token bucke
 through at once, which inflates short runs).
 
     python -m storage.host.object_endpoint serve --root DIR [--port P] [--read-mb-s R]
-        [--limit-with tc|rclone] --env-file F
+        [--limit-with tc|rclone] [--latency-ms L [--jitter-ms J]] --env-file F
+
+With `latency_ms` (0 too), the clients reach the endpoint through a relay
+(storage.host.latency_relay) that adds that round trip to every request: `env()`'s
+AWS_ENDPOINT_URL is the relay's, and MLPERF_LATENCY_RELAYS names its control file, through which a
+sweep sets its next latency (storage.host.latency_relay.set_delay). The relay dies with the process
+that starts the endpoint.
 
 serves until SIGTERM or SIGINT, after writing the variables a client needs to F (mode 0600; the
 run's own records never hold them).
@@ -30,9 +36,11 @@ from pathlib import Path
 
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
+from storage.host.latency_relay import LatencyRelay, LatencyRelayError, check_delay
 
 ADDRESS = "127.0.0.1"
 LIMITERS = ("tc", "rclone")
+RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"  # the relays' control files (os.pathsep between), for storage.sweep
 
 
 class ObjectEndpointError(RuntimeError):
@@ -65,9 +73,19 @@ class ObjectEndpoint:
     """`rclone serve s3 root` on address:port while started; `env()` is what a client needs."""
 
     def __init__(self, root: str | Path, *, port: int | None = None, read_mb_s: float | None = None,
-                 address: str = ADDRESS, limit_with: str = "tc") -> None:
+                 address: str = ADDRESS, limit_with: str = "tc", latency_ms: float | None = None,
+                 jitter_ms: float = 0.0) -> None:
         if limit_with not in LIMITERS:
             raise ObjectEndpointError(f"limit_with must be one of {LIMITERS}, got {limit_with!r}")
+        if latency_ms is None and jitter_ms:
+            raise ObjectEndpointError("--jitter-ms needs --latency-ms (the round trip it varies)")
+        if latency_ms is not None:
+            try:
+                check_delay(latency_ms, jitter_ms)
+            except LatencyRelayError as error:
+                raise ObjectEndpointError(str(error)) from None
+        self.latency_ms, self.jitter_ms = latency_ms, jitter_ms
+        self.relay: LatencyRelay | None = None
         self.root = Path(root).resolve()
         self.limit_with = limit_with
         self._limited = False
@@ -80,12 +98,23 @@ class ObjectEndpoint:
         self.log_path = self.root.parent / f".rclone-{self.port}.log"
 
     @property
-    def url(self) -> str:
+    def server_url(self) -> str:
+        """rclone's own address (what the relay forwards to)."""
         return f"http://{self.address}:{self.port}"
 
+    @property
+    def url(self) -> str:
+        """What the clients use: the relay's address where the link has a latency, else rclone's."""
+        if self.relay is not None:
+            return f"http://{self.address}:{self.relay.port}"
+        return self.server_url
+
     def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self._secret, "AWS_REGION": "us-east-1"}
+        env = {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": self.access_key,
+               "AWS_SECRET_ACCESS_KEY": self._secret, "AWS_REGION": "us-east-1"}
+        if self.relay is not None and self.relay.control is not None:
+            env[RELAYS_VARIABLE] = str(self.relay.control)
+        return env
 
     def start(self) -> "ObjectEndpoint":
         self.root.mkdir(parents=True, exist_ok=True)
@@ -106,10 +135,32 @@ class ObjectEndpoint:
             with socket.socket() as probe:
                 if probe.connect_ex((self.address, self.port)) == 0:
                     self._limit()
+                    self._start_relay()
                     return self
             time.sleep(0.05)
         self.stop()
         raise ObjectEndpointError(f"rclone serve s3 did not listen on {self.url} within 20 s")
+
+    def _start_relay(self) -> None:
+        if self.latency_ms is None:
+            return
+        relay = LatencyRelay(target=(self.address, self.port), latency_ms=self.latency_ms, jitter_ms=self.jitter_ms,
+                             listen=(self.address, 0), control=self.root.parent / f".latency-{self.port}.json",
+                             log=self.root.parent / f".latency-{self.port}.log")
+        try:
+            self.relay = relay.start()
+        except LatencyRelayError as error:
+            self.stop()
+            raise ObjectEndpointError(str(error)) from None
+
+    def set_latency(self, latency_ms: float, jitter_ms: float = 0.0) -> None:
+        """The relay's round trip from now on (ObjectEndpointError where the endpoint has no relay)."""
+        if self.relay is None:
+            raise ObjectEndpointError("the endpoint was started without --latency-ms: it has no relay")
+        try:
+            self.relay.set(latency_ms, jitter_ms)
+        except LatencyRelayError as error:
+            raise ObjectEndpointError(str(error)) from None
 
     def _limit(self) -> None:
         if not self.read_mb_s or self.limit_with != "tc":
@@ -128,6 +179,10 @@ class ObjectEndpoint:
         self._limited = True
 
     def stop(self) -> None:
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            for line in relay.stop():
+                print(f"[object_endpoint] warning: {line}", file=sys.stderr, flush=True)
         if self._limited:
             for line in loopback_limit.remove(self.root):
                 print(f"[object_endpoint] warning: {line}", file=sys.stderr, flush=True)
@@ -159,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--read-mb-s", type=float, default=None, help="limit what the endpoint sends (MB/s)")
     serve.add_argument("--limit-with", choices=LIMITERS, default="tc",
                        help="tc on the endpoint's loopback port (root; the default) or rclone's --bwlimit")
+    serve.add_argument("--latency-ms", type=float, default=None,
+                       help="the round trip a relay in front of the endpoint adds to every request (ms; 0 too: its "
+                            "latency can then be changed, e.g. by storage.sweep --latency-ms)")
+    serve.add_argument("--jitter-ms", type=float, default=0.0, help="the round trip varies by +- half of it (ms)")
     serve.add_argument("--env-file", type=Path, required=True, help="where the client's AWS_* variables go (0600)")
     args = parser.parse_args(argv)
     stopping: list[int] = []  # handlers first: a SIGTERM right after the first line still stops it cleanly
@@ -172,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with os.fdopen(fd, "w") as out:
         try:
-            endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s,
-                                      limit_with=args.limit_with).start()
+            endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s, limit_with=args.limit_with,
+                                      latency_ms=args.latency_ms, jitter_ms=args.jitter_ms).start()
         except ObjectEndpointError as error:
             print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
             return 2
@@ -185,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[object_endpoint] error: --env-file {args.env_file}: {error.strerror}", file=sys.stderr, flush=True)
             return 2
     limit = f", sending at most {args.read_mb_s:g} MB/s" if args.read_mb_s else ""
+    if endpoint.relay is not None:
+        limit += f", through a relay adding {args.latency_ms:g} ms round trip"
     print(f"[object_endpoint] {endpoint.url} serves {args.root}{limit}; variables in {args.env_file}", flush=True)
     try:
         while not stopping and endpoint._process is not None and endpoint._process.poll() is None:

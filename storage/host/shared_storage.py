@@ -11,9 +11,15 @@ What a storage team's cluster has, built from Debian packages and kept on loopba
   by every host, as a storage server's network port is;
 - the clients: one FUSE `sshfs` mount of the export per emulated host
   (storage.host.emulated_hosts), at the same path `mount` on every host, with the kernel's page
-  cache kept across opens (`kernel_cache`): each host caches what it read, and only that.
+  cache kept across opens (`kernel_cache`): each host caches what it read, and only that;
+- the link's latency (`latency_ms`, with `jitter_ms`): each host's sshfs connection goes through a
+  relay of its own (storage.host.latency_relay, on ADDRESS, living as long as the sshd) that adds that
+  round trip to every request-response; `latency` changes it while everything runs (a sweep's next
+  latency). Without `latency_ms`, sshfs connects to the sshd itself.
 
     python -m storage.host.shared_storage up --work W --export E --hosts n1,n2 --mount M [--read-mb-s 8]
+        [--latency-ms 1 [--jitter-ms 0.2]]
+    python -m storage.host.shared_storage latency --work W --latency-ms 5 [--jitter-ms 0]
     python -m storage.host.shared_storage down --work W
 
 Root only. W holds the state (W/shared_storage.json), the server's log and the hosts' namespaces: it
@@ -39,6 +45,7 @@ from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.commands import run_checked
 from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
+from storage.host.latency_relay import LatencyRelay, LatencyRelayError, check_delay, set_delay
 from storage.host.root_folder import UnsafeFolder, check_file, check_folder, trusted_folder
 from storage.host.sshd_server import ADDRESS, SshdServer, SshdServerError
 
@@ -80,10 +87,13 @@ class SharedStorage:
     hosts: tuple[str, ...]
     mount: Path
     read_mb_s: float | None = None
+    latency_ms: float | None = None  # None: no relay; a number (0 too): each host's relay adds that round trip
+    jitter_ms: float = 0.0
     port: int = 0
     server: SshdServer | None = None
     tc_installed: bool = False
     mounted: list[str] = dataclasses.field(default_factory=list)
+    relays: dict[str, LatencyRelay] = dataclasses.field(default_factory=dict)
 
     @property
     def emulated(self) -> EmulatedHosts:
@@ -94,6 +104,14 @@ class SharedStorage:
         return self.work / STATE_FILE
 
     @property
+    def relay_folder(self) -> Path:
+        return self.work / "relays"
+
+    def relay_controls(self) -> list[Path]:
+        """The control files of the hosts' relays (storage.host.latency_relay.set_delay), in host order."""
+        return [self.relays[h].control for h in self.hosts if h in self.relays and self.relays[h].control]
+
+    @property
     def sshd_pid(self) -> int | None:
         return self.server.process.pid if self.server and self.server.process else None
 
@@ -101,7 +119,8 @@ class SharedStorage:
         return {"format": STATE_FORMAT, "work": str(self.work), "export": str(self.export), "hosts": list(self.hosts),
                 "mount": str(self.mount), "read_mb_s": self.read_mb_s, "address": ADDRESS, "port": self.port,
                 "server": self.server.record() if self.server else None, "tc_installed": self.tc_installed,
-                "mounted": self.mounted, "emulated_hosts_root": str(self.work)}
+                "mounted": self.mounted, "emulated_hosts_root": str(self.work), "latency_ms": self.latency_ms,
+                "jitter_ms": self.jitter_ms, "relays": {h: r.record() for h, r in self.relays.items()}}
 
     def _save(self) -> None:
         staging = self.state_path.with_suffix(".tmp")
@@ -126,13 +145,18 @@ class SharedStorage:
                 raise ValueError(f"format {state.get('format')!r}, not {STATE_FORMAT} (written by an older version: "
                                  "its pids carry no start time, so nothing it names is signalled)")
             check_names(state["hosts"])  # they name files under work/ns
+            relays = {str(h): LatencyRelay.from_record(r) for h, r in (state.get("relays") or {}).items()}
+            for host, relay in relays.items():  # root writes these files: only in work/relays, named by host
+                if host not in state["hosts"] or relay.control != work / "relays" / f"{host}.json":
+                    raise ValueError(f"relay of {host!r}: not one this storage made")
             return cls(work=work, export=Path(state["export"]), hosts=tuple(state["hosts"]),
                        mount=Path(state["mount"]), read_mb_s=state["read_mb_s"], port=int(state["port"]),
                        server=SshdServer.from_record(state["server"]), tc_installed=bool(state["tc_installed"]),
-                       mounted=[str(h) for h in state["mounted"]])
+                       mounted=[str(h) for h in state["mounted"]], latency_ms=state.get("latency_ms"),
+                       jitter_ms=float(state.get("jitter_ms") or 0.0), relays=relays)
         except UnsafeFolder as error:
             raise SharedStorageError(str(error)) from None
-        except (OSError, ValueError, KeyError, TypeError, EmulatedHostsError) as error:
+        except (OSError, ValueError, KeyError, TypeError, EmulatedHostsError, LatencyRelayError) as error:
             raise SharedStorageError(f"{path}: unreadable ({error}); remove it once nothing of it runs") from None
 
     # ------------------------------------------------------------------ up
@@ -143,6 +167,13 @@ class SharedStorage:
             raise SharedStorageError(f"--export {self.export}: no such folder")
         if self.read_mb_s is not None and not self.read_mb_s > 0:
             raise SharedStorageError(f"--read-mb-s must be > 0, got {self.read_mb_s}")
+        if self.latency_ms is None and self.jitter_ms:
+            raise SharedStorageError("--jitter-ms needs --latency-ms (the round trip it varies)")
+        if self.latency_ms is not None:
+            try:
+                check_delay(self.latency_ms, self.jitter_ms)
+            except LatencyRelayError as error:
+                raise SharedStorageError(str(error)) from None
         try:
             check_names(self.hosts)
         except EmulatedHostsError as error:
@@ -176,6 +207,8 @@ class SharedStorage:
                 self.emulated.create()
             except EmulatedHostsError as error:
                 raise SharedStorageError(str(error)) from None
+            if self.latency_ms is not None:
+                self._start_relays()
             for host in self.hosts:
                 self._mount_on(host)
                 self.mounted.append(host)
@@ -212,9 +245,42 @@ class SharedStorage:
             raise SharedStorageError(str(error)) from None
         self.tc_installed = True
 
+    def _start_relays(self) -> None:
+        """A relay per host in front of the sshd (on ADDRESS, so the host key checks as for the sshd itself),
+        living as long as the sshd does; known_hosts learns each relay's port."""
+        assert self.server is not None and self.latency_ms is not None
+        self.relay_folder.mkdir(mode=0o700, exist_ok=True)
+        host_key = self.server.known_hosts.read_text().split(maxsplit=1)[1]
+        for index, host in enumerate(self.hosts):
+            relay = LatencyRelay(target=(ADDRESS, self.port), latency_ms=self.latency_ms, jitter_ms=self.jitter_ms,
+                                 listen=(ADDRESS, 0), control=self.relay_folder / f"{host}.json",
+                                 owner=self.server.process, log=self.work / f"relay-{host}.log", seed=index)
+            try:
+                self.relays[host] = relay.start()
+            except LatencyRelayError as error:
+                raise SharedStorageError(str(error)) from None
+            with open(self.server.known_hosts, "a") as known:
+                known.write(f"[{ADDRESS}]:{relay.port} {host_key}")
+            self._save()
+
+    def set_latency(self, latency_ms: float, jitter_ms: float = 0.0) -> None:
+        """Every host's relay at this round trip from now on (its open connection too)."""
+        if not self.relays:
+            raise SharedStorageError(f"the shared storage in {self.work} has no latency relays: bring it up with "
+                                     "--latency-ms (0 too) to change its latency later")
+        try:
+            check_delay(latency_ms, jitter_ms)
+            for relay in self.relays.values():
+                relay.set(latency_ms, jitter_ms)
+        except LatencyRelayError as error:
+            raise SharedStorageError(str(error)) from None
+        self.latency_ms, self.jitter_ms = latency_ms, jitter_ms
+        self._save()
+
     def _mount_on(self, host: str) -> None:
         assert self.server is not None
-        options = ",".join([f"IdentityFile={self.server.client_key}", f"port={self.port}",
+        port = self.relays[host].port if host in self.relays else self.port
+        options = ",".join([f"IdentityFile={self.server.client_key}", f"port={port}",
                             f"UserKnownHostsFile={self.server.known_hosts}", "StrictHostKeyChecking=yes",
                             "LogLevel=ERROR", "kernel_cache", "ServerAliveInterval=15"])
         _run([*self.emulated.enter(host), "sshfs", "-o", options, f"root@{ADDRESS}:{self.export}", str(self.mount)],
@@ -237,6 +303,9 @@ class SharedStorage:
             if proc.returncode != 0 and "not mounted" not in proc.stderr:
                 problems.append(f"unmounting on {host}: {proc.stderr.strip()}")
             self.mounted.remove(host)
+        for host, relay in list(self.relays.items()):
+            problems += relay.stop()
+            del self.relays[host]
         if self.server is not None:
             problems += self.server.stop()
             self.server = None
@@ -271,6 +340,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts", required=True, help="the emulated client hosts, comma-separated (e.g. n1,n2)")
     up.add_argument("--mount", type=Path, required=True, help="where every host mounts the export")
     up.add_argument("--read-mb-s", type=float, default=None, help="the link's limit from the storage, MB/s")
+    up.add_argument("--latency-ms", type=float, default=None,
+                    help="the round trip the link adds to every request-response (ms; 0 too: a relay per host whose "
+                         "latency can be changed later)")
+    up.add_argument("--jitter-ms", type=float, default=0.0, help="the round trip varies by +- half of it (ms)")
+    latency = sub.add_parser("latency", help="change the link's latency of a storage brought up with --latency-ms")
+    latency.add_argument("--work", type=Path, required=True)
+    latency.add_argument("--latency-ms", type=float, required=True)
+    latency.add_argument("--jitter-ms", type=float, default=0.0)
     down = sub.add_parser("down", help="undo everything `up` did in --work")
     down.add_argument("--work", type=Path, required=True)
     return parser
@@ -282,12 +359,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             storage = SharedStorage(work=Path(os.path.abspath(args.work)), export=args.export.resolve(),
                                     hosts=tuple(h for h in args.hosts.split(",") if h), mount=args.mount.resolve(),
-                                    read_mb_s=args.read_mb_s).up()
+                                    read_mb_s=args.read_mb_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms).up()
             print(json.dumps(storage.record(), indent=2))
             return 0
         storage = SharedStorage.load(Path(os.path.abspath(args.work)))
         if storage is None:
             print(f"[shared-storage] nothing is up in {args.work} (no {STATE_FILE})")
+            return 2 if args.action == "latency" else 0
+        if args.action == "latency":
+            storage.set_latency(args.latency_ms, args.jitter_ms)
+            print(f"[shared-storage] {len(storage.relays)} host link(s) at {args.latency_ms:g} ms round trip "
+                  f"(jitter {args.jitter_ms:g} ms)")
             return 0
         return 1 if storage.down() else 0
     except SharedStorageError as error:

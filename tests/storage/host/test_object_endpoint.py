@@ -108,3 +108,33 @@ def test_an_env_file_that_cannot_be_written_is_one_line_and_leaves_nothing_runni
         f"[object_endpoint] error: --env-file {tmp_path / 'no' / 'env'}: No such file or directory"]
     assert loopback_limit.root_qdisc().startswith("qdisc noqueue") and loopback_limit.owner() is None
     assert subprocess.run(["pgrep", "-f", f"serve s3 {tmp_path / 'a'}"], capture_output=True).stdout == b""
+
+
+def _get_seconds(endpoint: ObjectEndpoint, monkeypatch, key: str, count: int) -> float:
+    """Median seconds of `count` small ranged GETs."""
+    for name, value in endpoint.env().items():
+        monkeypatch.setenv(name, value)
+    where = Endpoint(url=endpoint.url, region="us-east-1", profile="default")
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.get_range(where, "data", key, 0, 4096)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[count // 2]
+
+
+def test_a_relay_adds_the_latency_to_every_request_and_takes_a_new_one(tmp_path, monkeypatch):
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "a" / "data" / "blob").write_bytes(os.urandom(100_000))
+    with ObjectEndpoint(tmp_path / "a", latency_ms=0.0) as endpoint:
+        assert endpoint.url != endpoint.server_url and "MLPERF_LATENCY_RELAYS" in endpoint.env()
+        base = _get_seconds(endpoint, monkeypatch, "blob", 15)
+        endpoint.set_latency(30.0)
+        slow = _get_seconds(endpoint, monkeypatch, "blob", 15)
+        relay = endpoint.relay
+    assert relay is not None and not relay.running()
+    assert slow - base >= 0.9 * 30e-3, (base, slow)  # a GET on a kept-alive connection: one round trip
+    with pytest.raises(ObjectEndpointError, match="--jitter-ms needs --latency-ms"):
+        ObjectEndpoint(tmp_path / "a", jitter_ms=1.0)
+    with pytest.raises(ObjectEndpointError, match="--latency-ms must be a number >= 0"):
+        ObjectEndpoint(tmp_path / "a", latency_ms=-1.0)

@@ -259,3 +259,39 @@ def test_the_agent_enters_no_recycled_pid_and_no_folder_another_user_could_write
     os.chown(root / "ns", 1000, 1000)
     refused = agent("n1")
     assert refused.returncode == 255 and "is not root's alone (uid 1000" in refused.stderr
+
+
+def _read_files_seconds(storage: SharedStorage, host: str, names: list[str]) -> float:
+    paths = " ".join(str(storage.mount / name) for name in names)
+    start = time.monotonic()
+    _on(storage, host, f"for f in {paths}; do cat $f > /dev/null; done")
+    return time.monotonic() - start
+
+
+def test_each_hosts_link_adds_the_latency_set_and_changed_while_mounted(tmp_path):
+    export = _export_or_unavailable(tmp_path)
+    names = {phase: [f"{phase}{i}" for i in range(20)] for phase in ("a", "b", "c")}
+    for name in sum(names.values(), []):
+        (export / name).write_bytes(b"x" * 4096)
+    shared = SharedStorage(work=tmp_path / "work", export=export, hosts=("n1", "n2"), mount=tmp_path / "mnt",
+                           latency_ms=0.0).up()
+    try:
+        relays = dict(shared.relays)
+        assert sorted(relays) == ["n1", "n2"] and relays["n1"].port != relays["n2"].port
+        state = json.loads((tmp_path / "work" / "shared_storage.json").read_text())
+        assert state["latency_ms"] == 0.0 and sorted(state["relays"]) == ["n1", "n2"]
+        base = _read_files_seconds(shared, "n1", names["a"])
+        # the command line changes the latency of every host's open connection
+        assert main(["latency", "--work", str(tmp_path / "work"), "--latency-ms", "10"]) == 0
+        slow = _read_files_seconds(shared, "n1", names["b"])
+        # a new file is several request-responses (lookup, open, read; 2.7 of them measured): 1.5 at the least
+        assert slow - base >= 20 * 1.5 * 10e-3, (base, slow)
+        again = SharedStorage.load(tmp_path / "work")
+        assert again is not None and again.latency_ms == 10.0
+        again.set_latency(0.0)
+        assert _read_files_seconds(shared, "n2", names["c"]) < slow
+    finally:
+        assert shared.down() == []
+    for relay in relays.values():
+        assert not relay.running()
+    assert not (tmp_path / "work" / "relays" / "n1.json").exists()

@@ -1,0 +1,309 @@
+"""The latency relay (storage.host.latency_relay): a request-response across it gains the set round trip,
+within 10%, against the same connection without it, measured in the same test; jitter never re-orders
+the stream; its throughput holds a tc-limited link's rate; it ends with its starter, its owner, SIGTERM
+and SIGKILL, leaving nothing. The round-trip tests measure with endpoints in the real-time class (root),
+so that the machine's other work (two cores, shared) does not stretch the endpoints' own wake-ups; the
+relay is in that class too (what a network would be)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from common.processes.identity import ProcessIdentity
+from storage.host import loopback_limit
+from storage.host.latency_relay import MODULE, LatencyRelay, LatencyRelayError, set_delay
+from tests.environment import unavailable
+
+REPO = Path(__file__).resolve().parents[3]
+ROUND_TRIPS = 200
+MESSAGE = 64
+
+
+def _real_time() -> None:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+
+
+def _need_root(why: str) -> None:
+    if os.geteuid() != 0:
+        unavailable(f"{why} needs root")
+
+
+class _Server:
+    """A listener on `host` whose accepting thread calls `handle` per connection; close() ends that thread
+    (a listener closed while a thread waits in accept() keeps it waiting, and its descriptor's number is
+    reused by the next test's listener, whose connections that thread would then take)."""
+
+    def __init__(self, host: str) -> None:
+        self.listener = socket.create_server((host, 0))
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.listener.getsockname()[:2]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.handle(conn)
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+        self.thread.join(timeout=10)
+        self.listener.close()
+
+
+class _Echo(_Server):
+    """A server that sends back what it gets, one thread per connection (in the real-time class)."""
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1")
+
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _serve(conn: socket.socket) -> None:
+        _real_time()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            while data := conn.recv(1 << 16):
+                conn.sendall(data)
+
+
+def _round_trips(address: tuple[str, int], count: int, conn: socket.socket | None = None) -> list[float]:
+    """Milliseconds of each of `count` request-responses of MESSAGE bytes, from a real-time thread."""
+    times: list[float] = []
+
+    def run() -> None:
+        _real_time()
+        sock = conn or socket.create_connection(address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            start = time.perf_counter_ns()
+            sock.sendall(b"r" * MESSAGE)
+            got = 0
+            while got < MESSAGE:
+                got += len(sock.recv(MESSAGE))
+            times.append((time.perf_counter_ns() - start) / 1e6)
+        if conn is None:
+            sock.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return times
+
+
+@pytest.fixture
+def echo():
+    server = _Echo()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("latency_ms", [0.5, 2.0, 10.0])
+def test_a_request_response_gains_the_set_round_trip(echo, latency_ms):
+    _need_root("holding the round trip to 10% (real-time endpoints)")
+    with LatencyRelay(target=echo.address, latency_ms=latency_ms) as relay:
+        direct = statistics.median(_round_trips(echo.address, ROUND_TRIPS))
+        through = statistics.median(_round_trips(relay.address, ROUND_TRIPS if latency_ms < 5 else 60))
+    added = through - direct
+    assert abs(added - latency_ms) <= 0.1 * latency_ms, (latency_ms, direct, through)
+
+
+def test_jitter_varies_the_round_trip_and_never_reorders_the_stream(echo, tmp_path):
+    _need_root("the round trip's spread (real-time endpoints)")
+    with LatencyRelay(target=echo.address, latency_ms=4.0, jitter_ms=4.0, seed=3) as relay:
+        trips = sorted(_round_trips(relay.address, 150))
+        # a stream of numbered records written in small pieces, each piece its own chunk and its own draw
+        records = b"".join(f"{i:08d}".encode() for i in range(20_000))
+        got = bytearray()
+        with socket.create_connection(relay.address) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def receive() -> None:
+                while len(got) < len(records):
+                    got.extend(sock.recv(1 << 16))
+
+            reader = threading.Thread(target=receive)
+            reader.start()
+            for start in range(0, len(records), 800):
+                sock.sendall(records[start:start + 800])
+                time.sleep(0.0005)
+            reader.join(timeout=60)
+    assert bytes(got) == records  # every byte, in the order sent
+    p10, p90 = trips[len(trips) // 10], trips[9 * len(trips) // 10]
+    # each one-way hold is drawn from [0, 4] ms, so round trips spread over [0, 8] ms (median 4)
+    assert p90 - p10 >= 1.5, (p10, p90)
+    assert trips[0] >= 0.0 and 2.5 <= statistics.median(trips) <= 6.0, trips
+
+
+def test_a_new_latency_applies_to_an_open_connection(echo, tmp_path):
+    with LatencyRelay(target=echo.address, latency_ms=0.0, control=tmp_path / "relay.json") as relay:
+        with socket.create_connection(relay.address) as conn:
+            before = statistics.median(_round_trips(relay.address, 40, conn))
+            relay.set(20.0)
+            after = statistics.median(_round_trips(relay.address, 20, conn))
+        assert after - before >= 18.0, (before, after)
+        relay.set(0.0)
+        assert statistics.median(_round_trips(relay.address, 40)) < before + 2.0
+        assert (tmp_path / "relay.json.applied").exists()
+    assert not (tmp_path / "relay.json").exists() and not (tmp_path / "relay.json.applied").exists()
+
+
+class _Source(_Server):
+    """A server that sends SIZE bytes to each connection that asks, on its own address and port."""
+
+    SIZE = 12 << 20
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.3")
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(16)
+            block = b"\0" * (1 << 20)
+            for _ in range(self.SIZE >> 20):
+                conn.sendall(block)
+
+
+def _fetch_mb_s(address: tuple[str, int]) -> float:
+    with socket.create_connection(address, timeout=30) as sock:  # a stalled relay fails the test, not hangs it
+        start = time.perf_counter()
+        sock.sendall(b"go")
+        got = 0
+        while data := sock.recv(1 << 20):
+            got += len(data)
+    assert got == _Source.SIZE
+    return got / (time.perf_counter() - start) / 1e6
+
+
+def test_throughput_holds_a_tc_limited_link(tmp_path):
+    _need_root("tc on lo")
+    limit_mb_s = 8.0
+    source = _Source()
+    loopback_limit.install(address=source.address[0], port=source.address[1], read_mb_s=limit_mb_s, holder=tmp_path,
+                           release_hint="the latency relay's test in {owner}", process=ProcessIdentity.of(os.getpid()))
+    try:
+        direct = _fetch_mb_s(source.address)
+        with LatencyRelay(target=source.address, latency_ms=10.0) as relay:
+            cpu_before = relay.cpu_seconds()
+            through = _fetch_mb_s(relay.address)
+            cpu = relay.cpu_seconds() - cpu_before
+    finally:
+        assert loopback_limit.remove(tmp_path) == []
+        source.close()
+    assert 0.8 * limit_mb_s <= direct <= 1.15 * limit_mb_s, direct
+    # a 12 MB answer is one request: the 10 ms round trip adds ~1% to its 1.5 s
+    assert through >= 0.9 * direct, (direct, through)
+    assert cpu < 0.5 * _Source.SIZE / (through * 1e6), cpu  # the relay's CPU: under half a core at the link's rate
+
+
+def _relays_of(pid: int) -> list[int]:
+    """Relay processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if MODULE.encode() in cmdline and parent == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    identity = ProcessIdentity.of(pid)
+    deadline = time.monotonic() + within_s
+    while identity is not None and identity.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return identity is None or not identity.running()
+
+
+STARTER = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from storage.host.latency_relay import LatencyRelay
+relay = LatencyRelay(target=("127.0.0.1", {port}), latency_ms=1.0).start()
+print(relay.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_the_relay_dies_with_its_starter(echo, sig):
+    starter = subprocess.Popen([sys.executable, "-c", STARTER.format(repo=str(REPO), port=echo.address[1])],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        relay_pid = int(starter.stdout.readline())
+        assert _relays_of(starter.pid) == [relay_pid]
+        starter.send_signal(sig)
+        starter.wait(timeout=10)
+        assert _gone(relay_pid), "the relay outlived its starter"
+    finally:
+        starter.kill()
+        starter.wait()
+
+
+def test_the_relay_ends_with_its_owner_on_sigterm_and_on_sigkill_leaving_no_connection(echo, tmp_path):
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        relay = LatencyRelay(target=echo.address, owner=ProcessIdentity.of(owner.pid)).start()
+        conn = socket.create_connection(relay.address)
+        assert _round_trips(relay.address, 3, conn)
+        owner.kill()
+        owner.wait()
+        assert _gone(relay.process.pid), "the relay outlived its owner"
+        conn.settimeout(5)
+        assert conn.recv(16) == b""  # its connections closed with it
+        conn.close()
+    finally:
+        owner.kill()
+        owner.wait()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        relay = LatencyRelay(target=echo.address, control=tmp_path / "r.json").start()
+        os.kill(relay.process.pid, sig)
+        assert _gone(relay.process.pid)
+        relay.stop()  # what it left: its control files
+        assert not list(tmp_path.iterdir())
+    # stop() signals nothing that is no longer the relay it started (a recycled pid)
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        start = ProcessIdentity.of(victim.pid).start
+        planted = LatencyRelay(target=echo.address, process=ProcessIdentity(victim.pid, start))
+        assert planted.stop() == [f"pid {victim.pid} is no longer the latency relay: not signalled"]
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_bad_settings_are_one_line_naming_the_flag(tmp_path):
+    for args, flag in ((["--target", "127.0.0.1:1", "--latency-ms", "-1"], "--latency-ms"),
+                       (["--target", "127.0.0.1:1", "--jitter-ms", "nan"], "--jitter-ms"),
+                       (["--target", "nowhere"], "--target")):
+        proc = subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True, cwd=REPO,
+                              timeout=60)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and flag in proc.stderr, proc.stderr
+    with pytest.raises(LatencyRelayError, match="--latency-ms must be a number >= 0"):
+        set_delay(tmp_path / "c.json", -2.0)
+    assert not (tmp_path / "c.json").exists()
