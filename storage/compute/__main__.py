@@ -117,7 +117,8 @@ def _refused(args: argparse.Namespace) -> str | None:
         if args.out.is_dir():
             return f"--out {args.out}: is a folder; give the JSON file's path"
         if not args.out.parent.is_dir():
-            return f"--out {args.out}: its folder {args.out.parent} does not exist"
+            return (f"--out {args.out}: its folder {args.out.parent} "
+                    f"{'is not a folder' if args.out.parent.exists() else 'does not exist'}")
     return None
 
 
