@@ -25,6 +25,11 @@ The step time comes from what the log states, in this order (the first the log h
 code (per GPU in ASUSTeK's v5.0 RetinaNet logs, 306 for an epoch of 4,572 steps of 256 in 478 s;
 for the whole system in Dell's, 3,857 for the same steps in 304 s).
 
+In a folder, a file of those names with no `:::MLLOG` line (no MLPerf Training log) is skipped with a
+note; with --benchmark, logs of other benchmarks are passed over before their step time is looked for.
+A log that is MLPerf's but cannot be read (a record that is not JSON, a time_ms that is not a number)
+stops the command with one line naming the file and line (status 3).
+
 How many accelerators ran, and which: `--accelerators`/`--accelerator`, else the submission's
 `systems/<system>.json` (number_of_nodes x accelerators_per_node, accelerator_model_name), else a
 `:::SYSJSON` line in the log, else the run's `summary.json` beside an `mllog.log` (world_size).
@@ -36,6 +41,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import re
 import statistics
 import sys
@@ -59,6 +65,11 @@ _ACCELERATOR_NAMES = [
 
 class TrainingLogError(ValueError):
     """A log this reader cannot turn into a row (names the file and what is missing)."""
+
+
+class ForeignLog(TrainingLogError):
+    """A file among the logs that is no MLPerf Training log at all (no :::MLLOG line): skipped with a note
+    where other logs give rows, as a checkout's folders hold other files of those names."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,11 +132,14 @@ def read_events(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
             if marker == ":::MLLOG ":
                 if not isinstance(value, dict) or "key" not in value or "time_ms" not in value:
                     raise TrainingLogError(f"{path}:{number}: an MLLOG record without key and time_ms")
+                time_ms = value["time_ms"]
+                if isinstance(time_ms, bool) or not isinstance(time_ms, (int, float)) or not math.isfinite(time_ms):
+                    raise TrainingLogError(f"{path}:{number}: time_ms {time_ms!r} is not a number of milliseconds")
                 events.append(value)
             elif isinstance(value, dict):
                 system = value
     if not events:
-        raise TrainingLogError(f"{path}: no :::MLLOG lines (not an MLPerf Training log)")
+        raise ForeignLog(f"{path}: no :::MLLOG lines (not an MLPerf Training log)")
     return events, system
 
 
@@ -257,10 +271,14 @@ def _round_of(path: Path) -> str:
 
 
 def read_log(path: Path, *, accelerators: int | None = None, accelerator: str | None = None,
-             round_name: str | None = None) -> StepTime:
-    """One log's row; TrainingLogError naming the file and the missing piece."""
+             round_name: str | None = None, benchmark: str | None = None) -> StepTime | None:
+    """One log's row; TrainingLogError naming the file and the missing piece (ForeignLog: not an MLPerf
+    Training log). With `benchmark`, None for a log of another submission_benchmark, before its step time
+    is looked for (a checkout's other benchmarks need not have what this reader reads)."""
     path = Path(path)
     events, sysjson = read_events(path)
+    if benchmark is not None and _single(events, "submission_benchmark") != benchmark:
+        return None
     global_batch = _single(events, "global_batch_size")
     if not isinstance(global_batch, int) or global_batch <= 0:
         raise TrainingLogError(f"{path}: no global_batch_size in the log")
@@ -392,27 +410,52 @@ def main(argv: list[str] | None = None) -> int:
     if args.accelerators is not None and args.accelerators < 1:
         print(f"error: --accelerators must be >= 1, got {args.accelerators}", file=sys.stderr)
         return EXIT_USAGE
+    for flag, path in (("--csv", args.csv), ("--table", args.table)):
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            where = "is a folder" if path.is_dir() else \
+                f"its folder {path.parent} {'is not a folder' if path.parent.exists() else 'does not exist'}"
+            print(f"error: {flag} {path}: {where}", file=sys.stderr)
+            return EXIT_USAGE
+    rows: list[StepTime] = []
+    foreign: list[ForeignLog] = []
     try:
-        rows = [read_log(p, accelerators=args.accelerators, accelerator=args.accelerator, round_name=args.round_name)
-                for p in find_logs(args.paths)]
+        for path in find_logs(args.paths):
+            try:
+                row = read_log(path, accelerators=args.accelerators, accelerator=args.accelerator,
+                               round_name=args.round_name, benchmark=args.benchmark)
+            except ForeignLog as error:
+                foreign.append(error)
+                continue
+            if row is not None:
+                rows.append(row)
     except TrainingLogError as error:
         print(f"data error: {error}", file=sys.stderr)
         return EXIT_DATA
-    if args.benchmark:
-        rows = [r for r in rows if r.benchmark == args.benchmark]
     if not rows:
-        print("data error: no MLPerf Training log found under " + ", ".join(map(str, args.paths)), file=sys.stderr)
+        if len(foreign) == 1 and not args.benchmark:  # the one log there was: why it gives no row
+            print(f"data error: {foreign[0]}", file=sys.stderr)
+            return EXIT_DATA
+        what = f" of --benchmark {args.benchmark}" if args.benchmark else ""
+        skipped = f" ({len(foreign)} file(s) skipped: no :::MLLOG lines)" if foreign else ""
+        print(f"data error: no MLPerf Training log{what} found under {', '.join(map(str, args.paths))}{skipped}",
+              file=sys.stderr)
         return EXIT_DATA
+    for error in foreign:
+        print(f"note: skipped {error}", file=sys.stderr)
     _print(rows, sys.stdout)
     systems = per_system(rows)
     if len(systems) < len(rows):
         print("\nper system (median over its logs):")
         _print(systems, sys.stdout)
     if args.csv:
-        with args.csv.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
-            writer.writeheader()
-            writer.writerows(r.as_row() for r in rows)
+        try:
+            with args.csv.open("w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
+                writer.writeheader()
+                writer.writerows(r.as_row() for r in rows)
+        except OSError as error:
+            print(f"error: --csv {args.csv}: cannot be written ({error.strerror or error})", file=sys.stderr)
+            return EXIT_USAGE
         print(f"{len(rows)} rows -> {args.csv}")
     if args.table:
         benchmarks = sorted({r.benchmark for r in rows})
@@ -421,18 +464,26 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
         lines = table_rows(rows, relative_to=args.sources_relative_to)
-        with args.table.open("w", newline="") as handle:
-            handle.write(f"# {benchmarks[0]}: seconds per step per accelerator from MLPerf Training result logs "
-                         "(python -m storage.training_logs --table): per accelerator, the system with the most samples "
-                         "per second per accelerator\n")
-            if args.origin:
-                handle.write(f"# logs: {args.origin}\n")
-            writer = csv.DictWriter(handle, fieldnames=["accelerator", "seconds_per_step", "batch_per_accelerator",
-                                                        "au_threshold", "source"])
-            writer.writeheader()
-            writer.writerows(lines)
+        try:
+            _write_table(args.table, benchmarks[0], lines, origin=args.origin)
+        except OSError as error:
+            print(f"error: --table {args.table}: cannot be written ({error.strerror or error})", file=sys.stderr)
+            return EXIT_USAGE
         print(f"{len(lines)} table rows -> {args.table}")
     return 0
+
+
+def _write_table(path: Path, benchmark: str, lines: list[dict[str, Any]], *, origin: str) -> None:
+    with path.open("w", newline="") as handle:
+        handle.write(f"# {benchmark}: seconds per step per accelerator from MLPerf Training result logs "
+                     "(python -m storage.training_logs --table): per accelerator, the system with the most samples "
+                     "per second per accelerator\n")
+        if origin:
+            handle.write(f"# logs: {origin}\n")
+        writer = csv.DictWriter(handle, fieldnames=["accelerator", "seconds_per_step", "batch_per_accelerator",
+                                                    "au_threshold", "source"])
+        writer.writeheader()
+        writer.writerows(lines)
 
 
 if __name__ == "__main__":

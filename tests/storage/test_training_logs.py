@@ -168,6 +168,46 @@ def test_a_log_it_cannot_read_exits_3_naming_the_file(tmp_path, capsys, text, me
     assert err.startswith(f"data error: {log}") and message in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("time_ms", ['"12:00:01"', "null", "true", "1e999"])
+def test_a_time_ms_that_is_not_a_number_exits_3_naming_the_line(tmp_path, capsys, time_ms):
+    log = tmp_path / "result_0.txt"
+    log.write_text(_nemo_flux_log([0.6]) + ':::MLLOG {"key": "run_stop", "value": null, "time_ms": ' + time_ms + "}\n")
+    line = len(log.read_text().splitlines())
+    assert main([str(log), "--accelerators", "8", "--accelerator", "b200"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"data error: {log}:{line}: time_ms ") and "is not a number" in err and err.count("\n") == 1
+
+
+def test_a_foreign_file_among_the_logs_is_skipped_with_a_note_and_other_benchmarks_are_passed_over(tmp_path, capsys):
+    folder = _submission(tmp_path, round_name="v5.0", org="Org", system="four_b200", benchmark="flux1",
+                         logs={"result_0.txt": _nemo_flux_log([0.6]), "result_1.txt": "a shell transcript\n",
+                               # another benchmark's log without what this reader needs: not read with --benchmark
+                               "result_2.txt": _mllog("submission_benchmark", "llama31_8b", 1) + "\n"},
+                         description=B200_NODE)
+    assert main([str(tmp_path), "--benchmark", "flux1", "--csv", str(tmp_path / "rows.csv")]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"note: skipped {folder / 'result_1.txt'}: no :::MLLOG lines (not an MLPerf Training log)\n"
+    assert len((tmp_path / "rows.csv").read_text().splitlines()) == 2 and "1 rows -> " in out
+    assert main([str(tmp_path), "--benchmark", "retinanet"]) == 3
+    assert capsys.readouterr().err == (f"data error: no MLPerf Training log of --benchmark retinanet found under "
+                                       f"{tmp_path} (1 file(s) skipped: no :::MLLOG lines)\n")
+
+
+def test_an_output_that_cannot_be_written_is_one_line_with_status_2(tmp_path, capsys):
+    log = tmp_path / "result_0.txt"
+    log.write_text(_nemo_flux_log([0.6]))
+    given = [str(log), "--accelerators", "8", "--accelerator", "b200"]
+    assert main([*given, "--csv", str(tmp_path / "absent" / "rows.csv")]) == 2
+    assert capsys.readouterr() == ("", f"error: --csv {tmp_path / 'absent' / 'rows.csv'}: its folder "
+                                       f"{tmp_path / 'absent'} does not exist\n")
+    assert main([*given, "--table", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: --table {tmp_path}: is a folder\n"
+    dangling = tmp_path / "rows.csv"
+    dangling.symlink_to(tmp_path / "absent" / "target.csv")  # its folder is there; the write fails
+    assert main([*given, "--csv", str(dangling)]) == 2
+    assert capsys.readouterr().err == f"error: --csv {dangling}: cannot be written (No such file or directory)\n"
+
+
 def test_flags_and_usage(tmp_path, capsys):
     log = tmp_path / "result_0.txt"
     log.write_text(_nemo_flux_log([0.6]))
