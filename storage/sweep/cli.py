@@ -9,7 +9,7 @@ with the storage load the loaders put on the storage there.
     python -m storage.sweep --benchmark flux --accelerator b200 \\
         --gin_config flux/configs/debug.gin --gin_bindings 'flux.DataConfig.data_root = "/data"' \\
         [--max-accelerators 64] [--steps 50] [--out DIR] [--timeout-s S] [--dlio [--dlio-work-dir D]]
-        [--client-host-memory-in-gb G] [--phases-from RUN_DIR] [--phase-probe-mb MB]
+        [--client-host-memory-in-gb G] [--phases-from RUN_DIR] [--phase-probe-mb MB] [--latency-ms L [L ...]]
 
 Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.sweep.launch):
 
@@ -48,6 +48,11 @@ under test: by default under --out when that is on the dataset's filesystem, els
 --dlio-work-dir there. For data in an object store (data_root = "s3://..."), DLIO 3.0.x's
 object mode runs instead (storage.dlio.object_replay: s3dlio, DLIO's data in the same bucket,
 through the same endpoint; needs the .venv-dlio3 env).
+
+--latency-ms sets the round trip the storage link adds to every request-response (the relays of a
+storage brought up with --latency-ms 0: storage.sweep.latency) before the counts; several values sweep
+it: one sweep per latency under <out>/latency_<L>ms/, and the answer against the latency, ours and
+DLIO's, in <out>'s sweep.json, sweep.md and sweep.png.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from storage.compute_times import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
 from storage.sweep.hosts import host_summaries
 from storage.sweep.launch import LAUNCHERS, Launcher, LaunchError, make_launcher
+from storage.sweep import latency as sweep_latency
 from storage.sweep import phases as sweep_phases
 from storage.sweep.plot import bar as _bar
 # what the sweep's callers and tests import from here, wherever it lives now
@@ -236,6 +242,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="MB written and read back beside the dataset to measure the sequential rates a one-time "
                              "phase gets here, when a point did not run it (default 64; 0: no probe)")
     parser.add_argument("--dlio", action="store_true", help="also replay every point with DLIO 2.0.0, cold (3.0.x's object mode for s3:// data)")
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=None,
+                        help="the round trip the storage link adds (ms), set on the relays of a storage brought up "
+                             "with --latency-ms 0; several values: a sweep at each (storage.sweep.latency)")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
                              "when --out is there)")
@@ -284,11 +293,15 @@ def check_arguments(args: argparse.Namespace) -> None:
     except LaunchError as error:
         raise SweepError(f"{error} (--max-accelerators {args.max_accelerators})" if "slots" in str(error)
                          else str(error)) from None
+    if args.latency_ms is not None:  # the relays that will add it, found before anything runs
+        sweep_latency.check_latencies(args.latency_ms)
+        args.relays = sweep_latency.relay_controls(args.emulated_hosts.resolve() if args.emulated_hosts else None)
 
 
-def output_folder(args: argparse.Namespace) -> Path:
-    """--out, made fresh: an earlier sweep's run directories would otherwise be read as this one's."""
-    out = args.out or Path("runs") / "sweeps" / f"{args.benchmark}_{args.accelerator}_{time.strftime('%Y%m%d-%H%M%S')}"
+def output_folder(args: argparse.Namespace, folder: Path | None = None) -> Path:
+    """--out (or `folder`), made fresh: an earlier sweep's run directories would otherwise be read as this one's."""
+    out = folder or args.out or \
+        Path("runs") / "sweeps" / f"{args.benchmark}_{args.accelerator}_{time.strftime('%Y%m%d-%H%M%S')}"
     out = out.resolve()
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out}: is a file, not a folder; give a new folder")
@@ -306,8 +319,8 @@ def output_folder(args: argparse.Namespace) -> Path:
 class Sweep:
     """One sweep's settings and the measurement of one count (ours, then DLIO's with --dlio)."""
 
-    def __init__(self, args: argparse.Namespace, out: Path) -> None:
-        self.args, self.out = args, out
+    def __init__(self, args: argparse.Namespace, out: Path, latency_ms: float | None = None) -> None:
+        self.args, self.out, self.latency_ms = args, out, latency_ms
         self.gin_configs = [c.resolve() for c in args.gin_config]  # the launch runs in the repository root
         self.gin_bindings = list(args.gin_bindings)
         if args.client_host_memory_in_gb is not None:
@@ -325,7 +338,8 @@ class Sweep:
                 "steps": a.steps, "gin_configs": [str(c) for c in self.gin_configs], "gin_bindings": self.gin_bindings,
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "launcher": self.launcher.kind, "hosts": self.launcher.host_names() or None,
-                "dlio": a.dlio, "out": str(self.out), "created": self.created,
+                "dlio": a.dlio, "out": str(self.out), "created": self.created, "latency_ms": self.latency_ms,
+                "latency_relays": len(getattr(a, "relays", None) or []) or None,
                 "phases_from": None if getattr(a, "phases_from", None) is None else str(a.phases_from)}
 
     def measure(self, n: int) -> Point:
@@ -430,8 +444,33 @@ def run_sweep(args: argparse.Namespace) -> int:
     from storage.host.proactive_reclaim import restore_left_paused
 
     restore_left_paused("[sweep]")  # what a killed storage script left paused: the host's own setting first
+    latencies = args.latency_ms or [None]
+    if len(latencies) == 1:
+        if latencies[0] is not None:
+            sweep_latency.apply_latency(args.relays, latencies[0])
+        return sweep_at(args, output_folder(args), latencies[0])[0]
     out = output_folder(args)
-    sweep = Sweep(args, out)
+    settings = Sweep(args, out).settings()
+    del settings["latency_ms"]
+    rows: list[dict[str, Any]] = []
+    threshold, code = None, 0
+    for latency in latencies:
+        sweep_latency.apply_latency(args.relays, latency)
+        folder = output_folder(args, sweep_latency.folder_of(out, latency))
+        status, document = sweep_at(args, folder, latency)
+        code = code or status
+        threshold = threshold if document["au_threshold"] is None else document["au_threshold"]
+        rows.append(sweep_latency.latency_row(latency, document, folder))
+        summary = sweep_latency.latency_document(settings, rows, threshold)
+        sweep_latency.write_latency_outputs(out, summary)  # rewritten after each latency: an interrupted one keeps the rest
+    print(sweep_latency.latency_markdown(summary), flush=True)
+    print(f"[sweep] {args.benchmark} on {args.accelerator} at {len(rows)} latencies -> {out}", flush=True)
+    return code
+
+
+def sweep_at(args: argparse.Namespace, out: Path, latency_ms: float | None) -> tuple[int, dict[str, Any]]:
+    """One sweep over the counts into `out` (the storage's latency already set); its status and sweep.json."""
+    sweep = Sweep(args, out, latency_ms)
     points: list[Point] = []
     failure = None
 
@@ -459,14 +498,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(f"[sweep] phases: {line}", flush=True)
     if failure:
         print(f"[sweep] error: {failure}", file=sys.stderr, flush=True)
-        return 1
+        return 1, document
     threshold = document["au_threshold"]
     if document["dlio_headline"] is not None:
         print(f"[sweep] {document['dlio_label']}: {headline_text(document['dlio_headline'], threshold)}", flush=True)
         print(f"[sweep] {_answers_line(document)}", flush=True)
-    print(f"[sweep] {args.benchmark} on {args.accelerator}: {headline_text(document['headline'], threshold)} -> {out}",
-          flush=True)
-    return 0
+    at = "" if latency_ms is None else f" at {latency_ms:g} ms"
+    print(f"[sweep] {args.benchmark} on {args.accelerator}{at}: {headline_text(document['headline'], threshold)} -> "
+          f"{out}", flush=True)
+    return 0, document
 
 
 def main(argv: list[str] | None = None) -> int:
