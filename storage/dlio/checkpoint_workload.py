@@ -172,9 +172,10 @@ def run_dlio_2(workload_path: Path, *, python: Path, ranks: int, work: Path, wra
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
         raise CheckpointWorkloadError(f"DLIO 2.0.0 failed (exit {code}): " + " | ".join(tail))
     after = disk_counters(device) if device else None
-    stats = json.loads(next(out.rglob("per_epoch_stats.json")).read_text())
-    durations = [float(block["duration"]) for epoch in stats.values() if isinstance(epoch, dict)
-                 for key, block in epoch.items() if key.startswith("ckpt") and "duration" in block]
+    durations = _checkpoint_seconds(out, log)
+    if not (work / "checkpoints").is_dir():
+        raise CheckpointWorkloadError(f"DLIO 2.0.0 exited 0 but wrote no checkpoint under {work / 'checkpoints'} "
+                                      f"(its log: {log})")
     files = sorted(p for p in (work / "checkpoints").iterdir() if p.is_file())
     moved = after.since(before) if before is not None and after is not None else None
     return {"wall_s": time.monotonic() - started, "checkpoint_s": durations, "files": len(files),
@@ -182,6 +183,22 @@ def run_dlio_2(workload_path: Path, *, python: Path, ranks: int, work: Path, wra
             # the whole DLIO run (its tiny dataset too): what reached the device, page cache flushed or not
             "device": {"name": device, "write_bytes": moved.write_bytes, "writes": moved.writes,
                        "flushes": moved.flushes} if moved else None}
+
+
+def _checkpoint_seconds(out: Path, log: Path) -> list[float]:
+    """Each checkpoint's duration in DLIO's per_epoch_stats.json under `out`; CheckpointWorkloadError naming the
+    file (and DLIO's log) where DLIO wrote none or one that does not hold them."""
+    found = sorted(out.rglob("per_epoch_stats.json"))
+    if not found:
+        raise CheckpointWorkloadError(f"DLIO 2.0.0 exited 0 but wrote no per_epoch_stats.json under {out} (its log: "
+                                      f"{log})")
+    try:
+        stats = json.loads(found[0].read_text())
+        return [float(block["duration"]) for epoch in stats.values() if isinstance(epoch, dict)
+                for key, block in epoch.items() if key.startswith("ckpt") and "duration" in block]
+    except (OSError, ValueError, TypeError, AttributeError) as error:
+        raise CheckpointWorkloadError(f"{found[0]}: not DLIO's per-epoch stats ({type(error).__name__}: {error})") \
+            from None
 
 
 def side_by_side(ours: dict[str, Any], dlio: dict[str, Any]) -> list[str]:
@@ -218,6 +235,8 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     try:
         ours = json.loads((args.out / "checkpoint.json").read_text())
+        if not (isinstance(ours, dict) and ours.get("saves") and ours.get("host_ranks")):
+            raise ValueError(f"{args.out / 'checkpoint.json'} records no saves (a run that stopped before its first?)")
         plan = CheckpointPlan.load(Path(ours.get("plan") or args.out / "plan"))
     except (OSError, ValueError) as error:
         print(f"error: {args.out} holds no checkpoint run: {error}", file=sys.stderr)

@@ -320,6 +320,9 @@ def _dataset_size(profile: dict[str, Any], *, scale: float | None, read_threads:
         how = f"the samples of this run's training data ({profile['dataset']['root']})"
     else:
         real, what = storage.real_train_samples, storage.real_train_set
+        if not math.isfinite(real * scale):
+            raise ExportError(f"--dataset-scale {scale:g}: {scale:g} x the real training set's {real:,} samples is no "
+                              "number of samples")
         total = max(1, round(real * scale))
         how = f"{scale:g} x the real training set ({real:,} samples: {what})"
     if profile["dataset"]["format"] == "npy-columns":  # one file per column as stored; rows per file as parquet writes
@@ -654,8 +657,8 @@ def export(run_dir: Path, *, accelerator: str | None = None, dataset_scale: floa
     dataset as this multiple of the benchmark's real training set (None: the samples this run's data held)."""
     run_dir = Path(run_dir)
     profile = read_profile(run_dir)
-    if dataset_scale is not None and not dataset_scale > 0:
-        raise ExportError(f"--dataset-scale must be > 0, got {dataset_scale}")
+    if dataset_scale is not None and not 0 < dataset_scale < math.inf:
+        raise ExportError(f"--dataset-scale must be a number > 0, got {dataset_scale}")
     try:
         texts = {Path("mlperf_storage") / name: text for name, text in
                  mlperf_storage_workloads(profile, accelerator=accelerator, dataset_scale=dataset_scale).items()}

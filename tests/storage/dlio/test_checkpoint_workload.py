@@ -67,3 +67,37 @@ def test_a_checkpoint_larger_than_memory_is_refused_before_dlio_starts(tmp_path)
     workload.write_text(yaml.safe_dump({"checkpoint": {"model_size": 10 ** 15}}))
     with pytest.raises(CheckpointWorkloadError, match="holds each rank's checkpoint in memory"):
         run_dlio_2(workload, python=Path(sys.executable), ranks=2, work=tmp_path / "run")
+
+
+def _fake_dlio(tmp_path: Path, body: str) -> Path:
+    """A python whose `-m dlio_benchmark.main ... ++hydra.run.dir=OUT ...` runs `body` (sh, $out set) and exits 0."""
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in ++hydra.run.dir=*) out="${a#*=}";; esac; done\n'
+                      f'mkdir -p "$out"\n{body}\nexit 0\n')
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("", "DLIO 2.0.0 exited 0 but wrote no per_epoch_stats.json under {out} (its log: {work}/dlio.log)"),
+    ("echo '{\"1\": {\"ckpt1\": {\"duration\": \"soon\"}}}' > \"$out/per_epoch_stats.json\"",
+     "{out}/per_epoch_stats.json: not DLIO's per-epoch stats (ValueError: could not convert string to float: 'soon')"),
+])
+def test_a_dlio_run_without_its_stats_is_one_error_naming_where_it_looked(tmp_path, body, message):
+    workload = tmp_path / "ckpt.yaml"
+    workload.write_text(yaml.safe_dump({"checkpoint": {"model_size": 1000}}))
+    work = tmp_path / "run"
+    with pytest.raises(CheckpointWorkloadError) as refused:
+        run_dlio_2(workload, python=_fake_dlio(tmp_path, body), ranks=1, work=work)
+    assert str(refused.value) == message.format(out=work / "output", work=work)
+
+
+def test_a_checkpoint_run_that_recorded_no_saves_is_one_line_with_status_2(tmp_path, capsys):
+    from storage.dlio.__main__ import main
+
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"host_ranks": [0], "saves": []}))
+    assert main(["checkpoint", str(tmp_path), "--run"]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path} holds no checkpoint run: {tmp_path / 'checkpoint.json'} "
+                                       "records no saves (a run that stopped before its first?)\n")
+    assert not (tmp_path / "dlio").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import yaml
@@ -165,8 +166,12 @@ def test_a_dataset_multiple_and_a_bad_accelerator(tmp_path):
     assert storage["dataset"]["num_files_train"] == 585_150  # half of 1,170,301, rounded
     with pytest.raises(ExportError, match="--accelerator 'tpu9'.*accelerators there: a100, b200, h100, mi355"):
         export(run, accelerator="tpu9")
-    with pytest.raises(ExportError, match="--dataset-scale must be > 0"):
-        export(run, dataset_scale=0)
+    for scale in (0, -1, math.nan, math.inf):
+        with pytest.raises(ExportError, match=f"^--dataset-scale must be a number > 0, got {scale}$"):
+            export(run, dataset_scale=scale)
+    with pytest.raises(ExportError, match="^--dataset-scale 1e[+]308: 1e[+]308 x the real training set's 1,170,301 "
+                                          "samples is no number of samples$"):
+        export(run, dataset_scale=1e308)
 
 
 def test_parquet_exports_count_payload_only_and_the_record_is_the_column_sum():
@@ -239,6 +244,17 @@ def test_cli_exit_codes(tmp_path):
     assert main(["frobnicate"]) == 2
     run = _run_dir(tmp_path, known_profile(world_size=1))
     assert main(["export", str(run)]) == 0
+
+
+def test_a_dataset_scale_that_is_no_number_is_one_line_with_status_2(tmp_path, capsys):
+    from storage.dlio.__main__ import main
+
+    run = _run_dir(tmp_path, known_profile(world_size=1))
+    for scale in ("inf", "nan", "1e308"):
+        assert main(["export", str(run), "--dataset-scale", scale]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --dataset-scale ") and err.count("\n") == 1
+    assert not (run / "dlio").exists()
 
 
 def test_a_resumed_launch_keeps_the_earlier_profile(tmp_path):
