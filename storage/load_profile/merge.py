@@ -114,6 +114,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
     busy_parts = [r.get("busy_s") for r in reads]
     busy = None if any(b is None for b in busy_parts) else \
         np.concatenate([np.asarray(b, dtype=np.float64) for b in busy_parts])
+    read_wait = _read_wait(reads, build, busy)
     records = Distribution.merged(r["records"] for r in reads)
     records.pop("sample", None)
     read_hist = np.sum([np.asarray(r["read_size_log2_histogram"], dtype=np.int64) for r in reads], axis=0)
@@ -160,6 +161,7 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
             # waiting for storage (a replay that reads must not sleep that time again)
             "batch_busy_s": None if busy is None else summarize(busy),
         },
+        "read_wait": read_wait,
         "ranks": ranks,
         "records": records,
         "reads": {
@@ -202,6 +204,29 @@ def merge(parts: Sequence[dict[str, Any]], *, benchmark: str, run_dir: str, conf
     }
 
 
+def _read_wait(reads: Sequence[dict[str, Any]], build: np.ndarray, busy: np.ndarray | None) -> dict[str, Any] | None:
+    """What the loader waited for while building each batch: the building thread's time off the CPU (its
+    build time less the time it ran or waited for a CPU), which for a loader that reads in that thread is
+    the time its read calls and page faults blocked on storage. Summarised per batch, per read call (a
+    batch's wait over its read calls: the mean latency a read saw in that batch, for loaders that read)
+    and per sample (over its samples: for loaders that fault pages of a mapping, where the faults are not
+    calls). None where the profile has no busy time (not measurable) or no per-batch counts (older)."""
+    counts = [r.get("batch_read_count") for r in reads]
+    samples = [r.get("batch_samples") for r in reads]
+    if busy is None or any(c is None for c in counts) or any(s is None for s in samples):
+        return None
+    wait = np.maximum(build - busy, 0.0)
+    count = np.concatenate([np.asarray(c, dtype=np.float64) for c in counts])
+    sample = np.concatenate([np.asarray(s, dtype=np.float64) for s in samples])
+    if not wait.size == count.size == sample.size:
+        return None
+    return {"note": "per batch: the building thread's time off the CPU (build less busy), i.e. blocked on storage; "
+                    "per_read_s: a batch's wait over its read calls; per_sample_s: over its samples",
+            "batch_s": summarize(wait), "per_read_s": summarize(wait[count > 0] / count[count > 0]),
+            "per_sample_s": summarize(wait[sample > 0] / sample[sample > 0]),
+            "share_of_build": float(wait.sum() / build.sum()) if build.sum() > 0 else None}
+
+
 def summary_line(profile: dict[str, Any]) -> str:
     t = profile["totals"]
     wait, compute = t["data_wait_s"], t["compute_s"]
@@ -212,7 +237,15 @@ def summary_line(profile: dict[str, Any]) -> str:
             f"{t['bytes_per_sample']:,.0f} B/sample{_unique_note(profile)}, AU {t['au']:.1%}, step: compute "
             f"{compute.get('mean', 0) * 1e3:.1f} ms + data wait {wait.get('mean', 0) * 1e3:.2f} ms; "
             f"{reads['files_opened']} files, reads {reads['mean_size']:,.0f} B avg, {access}"
-            f"{object_requests.summary(profile.get('object_requests'))}")
+            f"{_read_wait_note(profile.get('read_wait'))}{object_requests.summary(profile.get('object_requests'))}")
+
+
+def _read_wait_note(wait: dict[str, Any] | None) -> str:
+    """"; read wait p50/p99 per read call" where the profile has it (and some read calls)."""
+    per_read = (wait or {}).get("per_read_s") or {}
+    if not per_read.get("count"):
+        return ""
+    return f"; read wait p50 {per_read['p50'] * 1e3:.2f} ms, p99 {per_read['p99'] * 1e3:.2f} ms per read call"
 
 
 def _unique_note(profile: dict[str, Any]) -> str:

@@ -78,6 +78,8 @@ class LoadProfiler:
         self.read_count = self.read_bytes = self.sequential = self.random = self.first_touch = 0
         self.batches = self.delivered_samples = 0
         self.build_s = array.array("d")
+        self.batch_read_count = array.array("q")  # per batch: its read calls and its samples (the read wait's
+        self.batch_samples = array.array("q")  # denominators: per read call where it reads, per sample where it faults)
         self.busy_s: array.array | None = array.array("d")  # None once a batch could not measure it
         self.files: set[int] = set()
         # the files opened, by id: their sizes (what a readahead may bring in whole) are taken in part(),
@@ -101,6 +103,8 @@ class LoadProfiler:
         self.random += reads.random
         self.first_touch += reads.first_touch
         self.build_s.append(reads.build_s)
+        self.batch_read_count.append(reads.read_count)
+        self.batch_samples.append(int(reads.records.size))
         if reads.busy_s is None:
             self.busy_s = None
         elif self.busy_s is not None:
@@ -178,6 +182,8 @@ class LoadProfiler:
                 "first_touch": self.first_touch,
                 "build_s": list(self.build_s),
                 "busy_s": None if self.busy_s is None else list(self.busy_s),
+                "batch_read_count": list(self.batch_read_count),
+                "batch_samples": list(self.batch_samples),
                 "file_ids": files,
                 "file_sizes": [_file_size(self.file_paths[f]) for f in files],
                 "ranges": self.ranges.to_json(),  # compacted: few intervals once a shared pool is covered

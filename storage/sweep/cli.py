@@ -351,7 +351,8 @@ class Sweep:
         placed = ", ".join(f"{h}: {k}" for h, k in self.launcher.placement(n)) if self.launcher.multi_host else ""
         print(f"[sweep] {n} x {a.accelerator}{f' ({placed})' if placed else ''}: {shlex.join(cmd)}", flush=True)
         report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s, extra_env=env)
-        figures = figures_of_report(report)
+        profile = _load_profile(run_dir)
+        figures = with_read_wait(figures_of_report(report), profile)
         if a.client_host_memory_in_gb is not None:
             run["client_memory"] = client_memory_of(report)
             for host in (run["client_memory"] or {}).get("hosts") or []:
@@ -359,7 +360,7 @@ class Sweep:
                     print(f"[sweep] warning: {n} x {a.accelerator}: the client memory of "
                           f"{a.client_host_memory_in_gb:g} GiB did not hold on {host['host']}: {host['reason']}; "
                           "sweep.md says so", flush=True)
-        hosts = tuple(host_summaries(report, _host_series(run_dir), _load_profile(run_dir)))
+        hosts = tuple(host_summaries(report, _host_series(run_dir), profile))
         print(f"[sweep] {n} x {a.accelerator}: AU {figures.au_mean:.1%} (min {_au(figures.au_min)}) vs "
               f"{_bar(report['au_threshold'])}: {'PASS' if figures.passed else 'FAIL'}; "
               f"{_number(figures.mb_per_s, ',.2f')} MB/s asked, client CPU {_cpu(figures)}, {run['seconds']:.0f} s",
@@ -419,6 +420,14 @@ def _probe(points: Sequence[Point], megabytes: float) -> dict[str, Any]:
         return sequential_rates(folder, int(megabytes * 1e6)).as_dict()
     except RateProbeError as error:
         return {"unavailable": str(error)}
+
+
+def with_read_wait(figures: Figures, profile: dict[str, Any] | None) -> Figures:
+    """The read-wait percentiles of a point's load profile (per read call), where it has them."""
+    per_read = ((profile or {}).get("read_wait") or {}).get("per_read_s") or {}
+    if not per_read.get("count"):
+        return figures
+    return dataclasses.replace(figures, read_wait_p50_ms=per_read["p50"] * 1e3, read_wait_p99_ms=per_read["p99"] * 1e3)
 
 
 def _load_profile(run_dir: Path) -> dict[str, Any] | None:

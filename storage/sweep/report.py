@@ -43,10 +43,12 @@ def markdown_table(points: Sequence[Point]) -> str:
     with_cache = any(p.figures.page_cache_bytes is not None for p in points)
     with_objects = any(p.figures.object_requests_per_s is not None for p in points)
     with_windows = any(p.figures.window_phase_mb is not None for p in points)
+    with_wait = any(p.figures.read_wait_p50_ms is not None for p in points)
     header = ["accelerators", "AU mean", "AU min", "pass", "samples/s", "MB/s asked", "read IOPS", "device MB/s",
               "device IOPS", "client CPU"] + (["page cache MB"] if with_cache else []) + \
         (["GET/s", "GETs/sample", "B/GET", "GET ms"] if with_objects else []) + \
         (["window phase MB", "its share of device B/sample", "its share of window time"] if with_windows else []) + \
+        (["read wait p50 ms", "read wait p99 ms"] if with_wait else []) + \
         (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for point in points:
@@ -61,6 +63,8 @@ def markdown_table(points: Sequence[Point]) -> str:
                     _number(f.object_bytes_per_request, ",.0f"), _number(f.object_latency_ms, ",.1f")]
         if with_windows:
             row += [_number(f.window_phase_mb, ",.2f"), _au(f.window_phase_device_share), _au(f.window_phase_time_share)]
+        if with_wait:
+            row += [_number(f.read_wait_p50_ms, ",.3f"), _number(f.read_wait_p99_ms, ",.3f")]
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
@@ -127,6 +131,10 @@ def markdown_document(document: Mapping[str, Any], points: Sequence[Point]) -> s
         lines.append("\nThe data is in an object store: GET/s, GETs/sample, B/GET and GET ms are the loaders' GETs and "
                      "ranged GETs (requests per second, per sample, mean bytes and mean latency to the last byte; "
                      "load_profile.json 'object_requests' has them by kind with their histograms).")
+    if any(p.figures.read_wait_p50_ms is not None for p in points):
+        lines.append("\nread wait p50/p99 ms: what a loader's read call waited for, over every batch of every rank "
+                     "(load_profile.json read_wait.per_read_s: the building thread's blocked time in a batch over its "
+                     "read calls; per sample in read_wait.per_sample_s for loaders that fault pages of a mapping).")
     memory_line = client_memory_line(document.get("client_memory"))
     if memory_line:
         lines.append(f"\n{memory_line}")

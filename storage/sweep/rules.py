@@ -43,6 +43,10 @@ class Figures:
     window_phase_mb: float | None = None
     window_phase_device_share: float | None = None
     window_phase_time_share: float | None = None
+    # what a loader's read call waited for (load_profile.json read_wait.per_read_s: a batch's blocked time
+    # over its read calls), ms, over every batch of every rank
+    read_wait_p50_ms: float | None = None
+    read_wait_p99_ms: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,3 +69,16 @@ def test_each_latency_is_set_on_the_relay_before_its_counts_and_the_answers_go_i
     assert "| 0 | 4 | 95.0% | 8.00 | latency_0ms/sweep.md |" in table
     assert "| 5 | 1 | 95.0% | 2.00 | latency_5ms/sweep.md |" in table
     assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_the_table_has_the_read_wait_percentiles_of_each_points_load_profile():
+    from storage.sweep.cli import with_read_wait
+    from storage.sweep.report import markdown_table
+    from storage.sweep.rules import Figures, Point
+
+    figures = Figures(accelerators=2, au_mean=0.95, passed=True)
+    assert with_read_wait(figures, None) is figures and with_read_wait(figures, {"read_wait": None}) is figures
+    profile = {"read_wait": {"per_read_s": {"count": 10, "p50": 0.0012, "p99": 0.0104}}}
+    point = Point(figures=with_read_wait(figures, profile), au_threshold=0.9, run={})
+    table = markdown_table([point])
+    assert "read wait p50 ms | read wait p99 ms" in table and "| 1.200 | 10.400 |" in table
