@@ -10,10 +10,14 @@ do (write K, read K), through the real DCP writer and checkpoint manager, withou
                                     (storage.host.throttle), instead of --root's own storage
     --accelerator b200              the compute time the AU cost is stated for (the spec's CSV)
 
-Prints a table and writes checkpoint.json (and plan/, the plan it used) into --out. Exit 2 on a
-bad argument or a checkpoint that does not fit the disk, 5 when a save fails. --root is new or empty
-the first time: the command keeps its last N saves there and prunes the rest, so a folder holding
-anything it did not write (a trainer's checkpoints) is refused; it marks the folder as its own
+Prints a table and writes checkpoint.json (and plan/, the plan it used) into --out. Every refusal is one
+line, before the plan is made where it can be (planning takes minutes at the reference size):
+exit 2 on a bad argument, a --root or --out that cannot be written, --device-gib without root, or
+saves that do not fit the file system (storage.checkpoint.fit: the bytes and files the kept saves
+need against what is free); 5 when a save fails all the same (a full disk, a quota, a read-only
+mount), its partial save removed; 1 when the ranks fail otherwise or write no result. --root is new
+or empty the first time: the command keeps its last N saves there and prunes the rest, so a folder
+holding anything it did not write (a trainer's checkpoints) is refused; it marks the folder as its own
 (.mlperf-storage-checkpoint) for later runs.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -29,21 +34,28 @@ import tempfile
 from pathlib import Path
 
 from common.registry import RegistryError, find
+from storage.checkpoint.emulated import rank_file_bytes
+from storage.checkpoint.fit import RootRefused, Shortfall, look, peak, ranks_text, save_footprint, shortfall
 from storage.checkpoint.plan import CheckpointPlan
-from storage.checkpoint.rank_main import HOST_RESULT, parse_ranks
+from storage.checkpoint.rank_main import HOST_RESULT, SAVE_FAILED, parse_ranks
 from storage.checkpoint.report import GB, lines, summarize
 from storage import compute_times
-from storage.host.throttle import ThrottledStorage
+from storage.host.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
 
 MIB = 1 << 20
-_SLACK_BYTES = 256 * MIB  # file system metadata and the JSON files beside the data
 # in --root, once this command has written there: the checkpoints beside it are its own to prune
 ROOT_MARKER = ".mlperf-storage-checkpoint"
+ERROR = "[checkpoint] error: "
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and status 2, as every other refusal here
+        self.exit(2, f"{ERROR}{message} (see python -m storage.checkpoint --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m storage.checkpoint", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="python -m storage.checkpoint", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--benchmark", required=True)
     parser.add_argument("--flavor", default=None)
     parser.add_argument("--world-size", type=int, default=None)
@@ -53,9 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--restores", type=int, default=2)
     parser.add_argument("--keep-last-n", type=int, default=1)
     parser.add_argument("--root", type=Path, default=None, help="where the checkpoints go (not with --device-gib)")
-    parser.add_argument("--device-gib", type=int, default=None, help="a throttled loop device of this size")
-    parser.add_argument("--write-mib-s", type=int, default=None)
-    parser.add_argument("--read-mib-s", type=int, default=None)
+    parser.add_argument("--device-gib", type=int, default=None, help="a throttled loop device of this size (root)")
+    parser.add_argument("--write-mib-s", type=int, default=None, help="the device's write limit (with --device-gib)")
+    parser.add_argument("--read-mib-s", type=int, default=None, help="the device's read limit (with --device-gib)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the loop device's image goes")
     parser.add_argument("--plan", type=Path, default=None, help="a plan folder made before (planning takes minutes)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
@@ -66,18 +78,63 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"[checkpoint] error: {message}", file=sys.stderr)
+    sys.stderr.write(f"{ERROR}{message}\n")
+    sys.stderr.flush()
     return code
+
+
+def _argument_refusal(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments alone (nothing looked at yet), or None."""
+    if (args.root is None) == (args.device_gib is None):
+        return "give --root DIR, or --device-gib N for a throttled loop device (one of them)"
+    for flag in ("world_size", "ranks_per_node", "device_gib", "write_mib_s", "read_mib_s"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:  # 0 is no default in disguise: leave the flag out for that
+            return f"--{flag.replace('_', '-')} {value}: give a whole number >= 1, or leave it out"
+    if args.saves < 1 or args.restores < 0 or args.keep_last_n < 1:
+        return "--saves must be >= 1, --restores >= 0, --keep-last-n >= 1"
+    if args.device_gib is None:
+        given = [f"--{f.replace('_', '-')}" for f in ("write_mib_s", "read_mib_s", "work_dir") if getattr(args, f)]
+        if given:
+            return (f"{' and '.join(given)}: for the loop device of --device-gib only; --root's own storage is not "
+                    "limited by this command (a limit would be recorded that did not hold)")
+    for text in args.option:
+        key, equals, value = text.partition("=")
+        try:
+            if not key or not equals:
+                raise ValueError
+            json.loads(value)
+        except ValueError:
+            return f"--option {text!r}: give KEY=JSON, e.g. dp_replicate=1"
+    return None
 
 
 def _root_refusal(root: Path) -> str | None:
     """Why --root cannot take this command's checkpoints: it keeps the last N and prunes the rest, so a
-    folder holding anything it did not write (a trainer's checkpoints, a run directory) is refused."""
-    if root.exists() and not root.is_dir():
-        return f"--root {root}: not a folder"
+    folder holding anything it did not write (a trainer's checkpoints, a run directory) is refused, and
+    so is a root that is a file, under a file, read-only or not writable."""
+    try:
+        look(root)
+    except RootRefused as error:
+        return f"--root {error}"
     if root.is_dir() and not (root / ROOT_MARKER).is_file() and any(root.iterdir()):
         return (f"--root {root} holds files this command did not write there (it would prune and overwrite "
                 "checkpoints in it, a trainer's too): give an empty or new folder")
+    return None
+
+
+def _folder_refusal(flag: str, folder: Path, *, make: bool) -> str | None:
+    """Why `folder` cannot be written (made first when `make`), or None."""
+    try:
+        look(folder)
+        if make:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except RootRefused as error:
+        return f"{flag} {error}"
+    except OSError as error:
+        return f"{flag} {folder}: {error.strerror or error}"
     return None
 
 
@@ -87,11 +144,18 @@ def _claim_root(root: Path) -> None:
     (root / ROOT_MARKER).write_text(json.dumps({"written_by": "python -m storage.checkpoint"}) + "\n")
 
 
+class _NoPlan(Exception):
+    pass
+
+
 def _plan(args: argparse.Namespace, world_size: int, folder: Path) -> CheckpointPlan:
     if args.plan is not None:
-        plan = CheckpointPlan.load(args.plan)
+        try:
+            plan = CheckpointPlan.load(args.plan)
+        except ValueError as error:
+            raise _NoPlan(f"--plan {error}") from None
         if plan.world_size != world_size:
-            raise ValueError(f"--plan {args.plan} is for {plan.world_size} ranks, not {world_size}")
+            raise _NoPlan(f"--plan {args.plan} is for {plan.world_size} ranks, not {world_size}")
         return plan
     command = [sys.executable, "-m", "storage.checkpoint.planning", "--benchmark", args.benchmark,
                "--world-size", str(world_size), "--out", str(folder)]
@@ -102,28 +166,45 @@ def _plan(args: argparse.Namespace, world_size: int, folder: Path) -> Checkpoint
     for option in args.option:
         command += ["--option", option]
     print(f"[checkpoint] planning {args.benchmark} at {world_size} ranks ...", flush=True)
-    subprocess.run(command, check=True)
+    run = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        last = [line.removeprefix("[rank0]: ") for line in run.stderr.strip().splitlines() if line.strip()]
+        raise _NoPlan(f"planning {args.benchmark} at {world_size} ranks failed: {last[-1] if last else run.returncode}")
     return CheckpointPlan.load(folder)
 
 
+_ELASTIC_LOG = re.compile(r"[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/elastic/")  # the agent's logging
 _RUNNING: list[subprocess.Popen] = []  # the launcher, while it runs (for SIGTERM)
 _STOPPED: list[int] = []  # the signal that asked the run to stop
 
 
 def _launch(args: argparse.Namespace, plan_dir: Path, root: Path, ranks: list[int], interval: int,
             wrap=lambda command: command) -> int:
+    """The launcher's status. The ranks' stderr is passed on; the launcher's own lines (its `[launch]`
+    status, torch elastic's log of a failed rank) only when no rank said in one line why the run failed
+    (a failed save: exit 5 and that one line)."""
     command = [sys.executable, "-m", "common.distributed.launch", "--standalone", "--nproc-per-node", str(len(ranks)),
                "-m", "storage.checkpoint.rank_main", "--plan", str(plan_dir), "--root", str(root),
                "--ranks", ",".join(map(str, ranks)), "--saves", str(args.saves), "--restores", str(args.restores),
                "--keep-last-n", str(args.keep_last_n), "--interval-steps", str(max(interval, 1)), "--out", str(args.out)]
-    proc = subprocess.Popen(wrap(command))
+    proc = subprocess.Popen(wrap(command), stderr=subprocess.PIPE, text=True, bufsize=1)
     _RUNNING.append(proc)
+    said, held = False, []
     try:
+        for line in proc.stderr:
+            if line.startswith("[launch] ") or _ELASTIC_LOG.match(line):
+                held.append(line)
+                continue
+            said = said or line.startswith(ERROR)
+            sys.stderr.write(line)
+            sys.stderr.flush()
         code = proc.wait()
     finally:
         _RUNNING.remove(proc)
     if _STOPPED:
         raise SystemExit(128 + _STOPPED[0])
+    if not (said and code == SAVE_FAILED):
+        sys.stderr.writelines(held)
     return code
 
 
@@ -139,6 +220,12 @@ def _stop(signum: int, frame: object) -> None:
         proc.send_signal(signal.SIGTERM)
 
 
+def _too_small(where: str, short: Shortfall, args: argparse.Namespace, plan: CheckpointPlan, ranks: list[int]) -> str:
+    return (f"{where} cannot hold the saves of {plan.benchmark} {plan.flavor} by {ranks_text(ranks)} of a world of "
+            f"{plan.world_size}: {short.figures()}; give fewer --saves ({args.saves}) or --keep-last-n "
+            f"({args.keep_last_n}), a smaller --flavor, fewer --ranks, or a --root or --device-gib with room")
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     args = _parser().parse_args(argv)
@@ -147,12 +234,18 @@ def main(argv: list[str] | None = None) -> int:
         workload = spec.checkpoint_workload()
     except (RegistryError, LookupError) as error:
         return _fail(str(error))
-    if (args.root is None) == (args.device_gib is None):
-        return _fail("give --root DIR, or --device-gib N for a throttled loop device (one of them)")
-    if args.saves < 1 or args.restores < 0 or args.keep_last_n < 1:
-        return _fail("--saves must be >= 1, --restores >= 0, --keep-last-n >= 1")
-    refusal = _root_refusal(args.root) if args.root is not None else None
-    if refusal:  # before the plan, which takes minutes
+    # every refusal that needs no plan comes before it: planning takes minutes at the reference size
+    refusal = _argument_refusal(args)
+    if refusal is None and args.device_gib is not None:
+        reason = throttle_unavailable_reason()
+        refusal = f"--device-gib {args.device_gib}: {reason}" if reason else None
+        if refusal is None and args.work_dir is not None:
+            refusal = _folder_refusal("--work-dir", args.work_dir, make=False)
+    if refusal is None and args.root is not None:
+        refusal = _root_refusal(args.root)
+    if refusal is None:
+        refusal = _folder_refusal("--out", args.out, make=True)
+    if refusal:
         return _fail(refusal)
     world = args.world_size or workload.reference_world_size
     per_node = args.ranks_per_node or workload.ranks_per_node
@@ -169,49 +262,65 @@ def main(argv: list[str] | None = None) -> int:
         if name not in rows:
             return _fail(f"--accelerator {name!r}: {spec.package}'s compute times name {sorted(rows)}")
         compute = rows[name]
-    args.out.mkdir(parents=True, exist_ok=True)
     try:
         plan = _plan(args, world, args.out / "plan")
-    except (ValueError, subprocess.CalledProcessError) as error:
+    except _NoPlan as error:
         return _fail(f"no plan: {error}")
-    # a save is complete before the oldest kept one is pruned: keep_last_n + 1 on disk at once
-    on_disk = min(args.saves, args.keep_last_n + 1)
-    need = on_disk * (plan.host_bytes(ranks) + plan.metadata_bytes) + _SLACK_BYTES
     print(f"[checkpoint] a save by {world} ranks is {plan.total_bytes() / GB:,.2f} GB; ranks {ranks[0]}..{ranks[-1]} "
           f"put {plan.host_bytes(ranks) / GB:,.2f} GB a save on this host", flush=True)
+    rank_file = rank_file_bytes(plan)
+    (args.out / HOST_RESULT).unlink(missing_ok=True)  # a result of an earlier run is not this one's
+
+    def short_of(root: Path) -> Shortfall | None:
+        view = look(root)  # every rank of this host writes on it
+        return shortfall(plan, {rank: view for rank in ranks}, [ranks], keep_last_n=args.keep_last_n,
+                         saves=args.saves, rank_file_bytes=rank_file)
+
     if args.device_gib is not None:
-        size_mb = args.device_gib * 1024
-        if need > size_mb * MIB:
-            return _fail(f"the saves need {need / GB:,.1f} GB ({on_disk} on disk at once), more than --device-gib "
-                         f"{args.device_gib}: give fewer --ranks or a larger device")
+        size = args.device_gib << 30
+        need = peak(save_footprint(plan, [ranks], block=4096, rank_file_bytes=rank_file), keep_last_n=args.keep_last_n,
+                    saves=args.saves)
+        if need.bytes > size:
+            return _fail(f"the saves need {need.bytes / GB:,.2f} GB ({need.saves} on disk at once), more than "
+                         f"--device-gib {args.device_gib} ({size / GB:,.2f} GB): give fewer --ranks, --saves or "
+                         "--keep-last-n, or a larger device")
         work = args.work_dir or Path(tempfile.mkdtemp(prefix="mlperf-checkpoint-"))
         try:
             work.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(work).free
-            if size_mb * MIB > free:
+            if size > free:
                 return _fail(f"a {args.device_gib} GiB loop device does not fit {work} ({free / GB:,.1f} GB free)")
             limits = {"read_bps": args.read_mib_s * MIB if args.read_mib_s else None,
                       "write_bps": args.write_mib_s * MIB if args.write_mib_s else None}
-            with ThrottledStorage(work, size_mb=size_mb, read_iops=None, **limits) as storage:
+            with ThrottledStorage(work, size_mb=args.device_gib * 1024, read_iops=None, **limits) as storage:
+                short = short_of(storage.mount / "checkpoints")  # the file system's own overhead taken
+                if short is not None:
+                    return _fail(_too_small(f"--device-gib {args.device_gib}", short, args, plan, ranks))
                 code = _launch(args, plan.folder, storage.mount / "checkpoints", ranks, workload.interval_steps,
                                wrap=storage.wrap)
+        except ThrottleError as error:
+            return _fail(f"--device-gib {args.device_gib}: {error}", 1)
         finally:
             if args.work_dir is None:
                 shutil.rmtree(work, ignore_errors=True)
     else:
+        short = short_of(args.root)
+        if short is not None:  # before the root is made or marked: a refusal leaves nothing
+            return _fail(_too_small(f"--root {args.root}", short, args, plan, ranks))
         _claim_root(args.root)
-        free = shutil.disk_usage(args.root).free
-        if need > free:
-            return _fail(f"the saves need {need / GB:,.1f} GB ({on_disk} on disk at once), {args.root} has "
-                         f"{free / GB:,.1f} GB free: give fewer --ranks")
         code = _launch(args, plan.folder, args.root, ranks, workload.interval_steps)
+    if code < 0:
+        return _fail(f"the ranks' launcher was killed by {signal.Signals(-code).name}", 128 - code)
     if code != 0:
-        return code
-    host = json.loads((args.out / HOST_RESULT).read_text())
+        return code  # the ranks said why (a failed save: status 5 and its one line)
+    try:
+        host = json.loads((args.out / HOST_RESULT).read_text())
+    except (OSError, ValueError) as error:
+        return _fail(f"the ranks exited 0 but left no result in {args.out / HOST_RESULT} ({error})", 1)
     summary = summarize(plan, host, compute=compute, interval_steps=workload.interval_steps)
     summary["interval_source"] = workload.interval_source
     summary["plan"] = str(plan.folder.resolve())
-    summary["limits_mib_s"] = {"write": args.write_mib_s, "read": args.read_mib_s}
+    summary["limits_mib_s"] = {"write": args.write_mib_s, "read": args.read_mib_s}  # only with --device-gib
     (args.out / "checkpoint.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(lines(summary)))
     return 0

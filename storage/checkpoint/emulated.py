@@ -21,6 +21,7 @@ byte ranges DCP's FileSystemReader reads for its chunks, file by file in its ord
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -31,10 +32,10 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.storage import WriteResult
 
-from common.checkpoint.files import read_dcp_metadata, read_json, write_json
-from common.checkpoint.manager import MARKER_FILE, METADATA_FILE, CheckpointManager, rank_file_name
+from common.checkpoint.files import read_dcp_metadata, read_json, storage_failure, write_json
+from common.checkpoint.manager import MARKER_FILE, METADATA_FILE, CheckpointManager, CheckpointWriteError, rank_file_name
 from common.checkpoint.rng_state import capture_generator, capture_rng_state
-from common.distributed.collectives import all_ranks_true, barrier
+from common.distributed.collectives import all_ranks_true, barrier, gather_objects
 from common.randomness.streams import RandomStreams
 from storage.checkpoint.plan import CheckpointPlan, TiledPlanner, rank_file, rank_of_file
 from storage.checkpoint.tiled_buffer import TiledBuffer
@@ -48,12 +49,33 @@ class EmulatedCheckpointError(RuntimeError):
     """What an emulated rank wrote is not what the plan says (or a phase failed on another rank)."""
 
 
+class EmulatedSaveError(CheckpointWriteError):
+    """A save that could not be written (a full disk, a quota, a read-only file system), raised on
+    every rank with the same line: the first rank that failed and why, and whether the partial save
+    was removed. A CheckpointWriteError, so a run ends with the trainers' exit status 5 and line."""
+
+
+class _FailedElsewhere(EmulatedCheckpointError):
+    """This rank's part went well; another rank's did not."""
+
+
 def _agree(error: BaseException | None, what: str) -> None:
     if all_ranks_true(error is None):
         return
     if error is not None:
         raise error
-    raise EmulatedCheckpointError(f"{what} failed on another rank (see its log)")
+    raise _FailedElsewhere(f"{what} failed on another rank (see its log)")
+
+
+def _rank_file_payload(plan: CheckpointPlan, streams: RandomStreams) -> dict[str, Any]:
+    """What a rank file holds: the RNG states and the app_state layout, as the manager writes it."""
+    generators = {key: capture_generator(g) for key, g in streams.generators().items()}
+    return {"rng": capture_rng_state(), "generators": generators, "layout": plan.layout}
+
+
+def rank_file_bytes(plan: CheckpointPlan, *, seed: int = 0) -> int:
+    """The size of one rank file of `plan` (every rank's is within a few bytes of it)."""
+    return len(json.dumps(_rank_file_payload(plan, RandomStreams(seed=seed, rank=0))).encode())
 
 
 @dataclasses.dataclass
@@ -105,6 +127,8 @@ class EmulatedRank:
 
     # ---------------------------------------------------------------------------------- save
     def save(self, name: str, *, metadata: dict[str, Any]) -> SaveTimes:
+        """Every rank of the host together; an EmulatedSaveError on every rank when any failed, once
+        the partial save is removed."""
         times = SaveTimes()
         error: BaseException | None = None
         tmp_dir = self.manager.root / f"{name}.tmp"
@@ -115,15 +139,32 @@ class EmulatedRank:
                 self._write_for_peers(tmp_dir, times)
             except Exception as caught:  # noqa: BLE001 - raised on every rank by _agree
                 error = caught
-                shutil.rmtree(tmp_dir, ignore_errors=True)
-        _agree(error, f"emulated checkpoint {name}: preparing {tmp_dir}")
         try:
+            _agree(error, f"emulated checkpoint {name}: preparing {tmp_dir}")
             self._save_into(name, tmp_dir, metadata, times)
+        except Exception as caught:  # noqa: BLE001 - every rank is here together (each phase ends in _agree)
+            raise self._failed(name, tmp_dir, caught) from caught
         except BaseException:
             if self.first:  # what it holds is incomplete, and the space is needed (as the manager does)
                 shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
         return times
+
+    def _failed(self, name: str, tmp_dir: Path, error: Exception) -> EmulatedSaveError:
+        """The failed save's one line, the same on every rank: the first rank that failed and why (a rank
+        that only heard of it says nothing), and whether the partial save is gone."""
+        own = None if isinstance(error, _FailedElsewhere) else f"rank {self.rank}: {storage_failure(error, self.manager.root)}"
+        left = None
+        if self.first:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            if tmp_dir.exists():
+                left = f"the partial save {tmp_dir} could not be removed ({storage_failure(error, tmp_dir)}); " \
+                       "the next save sweeps it"
+        reports = gather_objects((own, left))
+        why = next((r[0] for r in reports if r[0]), "a rank failed (see its log)")
+        stays = next((r[1] for r in reports if r[1]), "nothing of it is left")
+        return EmulatedSaveError(f"emulated checkpoint {name} could not be written under {self.manager.root}: "
+                                 f"{why}; {stays}, the checkpoints before it are complete")
 
     def _save_into(self, name: str, tmp_dir: Path, metadata: dict[str, Any], times: SaveTimes) -> None:
         error: BaseException | None = None
@@ -221,9 +262,8 @@ class EmulatedRank:
         return (tmp_dir / ".metadata").stat().st_size
 
     def _write_rank_file(self, tmp_dir: Path) -> int:
-        streams = {key: capture_generator(g) for key, g in self.streams.generators().items()}
         path = tmp_dir / rank_file_name(self.rank)
-        write_json(path, {"rng": capture_rng_state(), "generators": streams, "layout": self.plan.layout})
+        write_json(path, _rank_file_payload(self.plan, self.streams))
         return path.stat().st_size
 
     # ---------------------------------------------------------------------------------- restore

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.checkpoint.files import storage_failure
 from common.distributed.collectives import barrier, objects_on_rank0
 from common.distributed.process_exit import exit_rank
 from common.distributed.setup import destroy, init_distributed
-from storage.checkpoint.emulated import EmulatedRank
+from storage.checkpoint.emulated import EmulatedRank, EmulatedSaveError
 from storage.checkpoint.plan import CheckpointPlan
 from storage.checkpoint.tiled_buffer import DEFAULT_BLOCK_BYTES, TiledBuffer
 from storage.load_profile.block_device import disk_counters, find_block_device
@@ -77,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
             name = f"step_{(index + 1) * args.interval_steps:09d}"
             try:
                 times = emulated.save(name, metadata={"emulated": True, "benchmark": plan.benchmark, "save": index})
-            except Exception as error:  # noqa: BLE001 - as the manager: any failure of a save is a write error
-                print(f"[checkpoint] error: rank {rank}: save {name} under {args.root} failed: "
-                      f"{storage_failure(error, args.root)}", file=sys.stderr, flush=True)
+            except EmulatedSaveError as error:  # the same line on every rank: the first one says it
+                if info.rank == 0:
+                    print(f"[checkpoint] error: {error}", file=sys.stderr, flush=True)
                 return SAVE_FAILED
             records["saves"].append({"name": name, **dataclasses.asdict(times)})
             names.append(name)

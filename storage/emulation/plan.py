@@ -119,10 +119,11 @@ def _checkpoints(ctx: RunContext, settings: Emulation, spec: BenchmarkSpec | Non
                           "emulated (its spec has no checkpoint)")
     workload = spec.checkpoint
     root = Path(settings.checkpoint_root) if settings.checkpoint_root else ctx.run_dir / "emulated_checkpoints"
+    every = workload.interval_steps if every < 0 else every
     return RunCheckpoints(benchmark=spec.package, flavor=settings.checkpoint_flavor or workload.reference_flavor,
-                          every_steps=workload.interval_steps if every < 0 else every, root=root,
-                          keep_last_n=settings.checkpoint_keep_last_n, info=ctx.info, run_dir=ctx.run_dir,
-                          seed=ctx.seed, on_save=on_save)
+                          every_steps=every, root=root, keep_last_n=settings.checkpoint_keep_last_n, info=ctx.info,
+                          run_dir=ctx.run_dir, seed=ctx.seed, on_save=on_save,
+                          saves=ctx.run.max_steps // every if ctx.run.max_steps else None)
 
 
 def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccelerator, spec: BenchmarkSpec | None,

@@ -1,12 +1,15 @@
 """`python -m storage.checkpoint` as its users run it: a host that is not rank 0's (its restore reads
 chunks other hosts' ranks write), a SIGKILL in the middle of a save (nothing a restore would take for
-complete is left), a full disk (exit 5, nothing left behind) and bad arguments (exit 2, one line)."""
+complete is left), saves that do not fit (exit 2 before anything is written), a disk that fills up
+during the saves (exit 5, one line, nothing left behind) and bad arguments (exit 2, one line, before
+the plan: `--plan` names a folder that does not exist, so a refusal that came later would say "no plan")."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +21,7 @@ import pytest
 from common.checkpoint.files import read_dcp_metadata, read_json
 from common.checkpoint.manager import MARKER_FILE, CheckpointManager
 from storage.checkpoint.plan import CheckpointPlan
+from tests.storage.checkpoint.full_disks import kept_full, remount_read_only, tmpfs
 from tests.trainers.trainer_process import REPO, trainer_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -124,8 +128,23 @@ def test_a_full_disk_fails_the_save_with_status_5_and_leaves_nothing(flux_plan, 
                          cwd=REPO, env={**trainer_env(), "WORLD_SIZE": "1"}, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 5, run.stderr[-3000:]
-    assert "[checkpoint] error: rank 0: save step_000000001" in run.stderr and "no space left on device" in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        f"[checkpoint] error: emulated checkpoint step_000000001 could not be written under {small_tmpfs / 'ckpt'}: "
+        "rank 0: no space left on device; nothing of it is left, the checkpoints before it are complete"], run.stderr
     assert list((small_tmpfs / "ckpt").iterdir()) == []
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 64 MiB tmpfs of the test's own."""
+    with tmpfs(tmp_path / "disk", "64m") as mount_point:
+        yield mount_point
+
+
+def _one_line(run: subprocess.CompletedProcess) -> str:
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    return lines[0]
 
 
 @pytest.mark.parametrize("args, says", [
@@ -134,11 +153,72 @@ def test_a_full_disk_fails_the_save_with_status_5_and_leaves_nothing(flux_plan, 
     (["--benchmark", "flux", "--root", "R", "--world-size", "4", "--ranks", "2-5"], "rank 5 is not in a world of 4"),
     (["--benchmark", "flux", "--world-size", "4"], "give --root DIR, or --device-gib N"),
     (["--benchmark", "flux", "--root", "R", "--accelerator", "tpu"], "--accelerator 'tpu'"),
+    # issue 48's bad input: negative or 0 (which meant the default, silently), limits without a device
+    (["--benchmark", "flux", "--root", "R", "--world-size", "-4"], "--world-size -4: give a whole number >= 1"),
+    (["--benchmark", "flux", "--root", "R", "--world-size", "0"], "--world-size 0: give a whole number >= 1"),
+    (["--benchmark", "flux", "--root", "R", "--ranks-per-node", "0"], "--ranks-per-node 0"),
+    (["--benchmark", "flux", "--device-gib", "0"], "--device-gib 0: give a whole number >= 1"),
+    (["--benchmark", "flux", "--device-gib", "1", "--write-mib-s", "-5"], "--write-mib-s -5"),
+    (["--benchmark", "flux", "--device-gib", "1", "--read-mib-s", "0"], "--read-mib-s 0"),
+    (["--benchmark", "flux", "--root", "R", "--write-mib-s", "500"], "--write-mib-s: for the loop device of --device-gib"),
+    (["--benchmark", "flux", "--root", "R", "--read-mib-s", "500", "--work-dir", "W"],
+     "--read-mib-s and --work-dir: for the loop device"),
+    (["--benchmark", "flux", "--root", "R", "--option", "dp_replicate"], "--option 'dp_replicate': give KEY=JSON"),
+    (["--benchmark", "flux", "--root", "R", "--saves", "two"], "argument --saves: invalid int value: 'two'"),
+    (["--root", "R"], "the following arguments are required: --benchmark"),
+    (["--benchmark", "flux", "--root", "F"], "--root {F} is not a folder"),
+    (["--benchmark", "flux", "--root", "F/sub"], "--root {F}/sub cannot be made: {F} is not a folder"),
+    (["--benchmark", "flux", "--root", "R", "--out-is", "F"], "--out {F} is not a folder"),
+    (["--benchmark", "flux", "--root", "R", "--out-is", "F/out"], "--out {F}/out cannot be made: {F} is not a folder"),
 ])
-def test_bad_arguments_are_one_line_and_status_2(args, says, tmp_path):
-    run = _cli(*[str(tmp_path / a) if a == "R" else a for a in args], "--out", str(tmp_path / "out"))
-    assert run.returncode == 2 and says in run.stderr, run.stderr
-    assert "Traceback" not in run.stderr
+def test_bad_arguments_are_one_line_and_status_2_before_planning(args, says, tmp_path):
+    (tmp_path / "file").write_text("x")
+    names = {"R": tmp_path / "root", "W": tmp_path / "work", "F": tmp_path / "file"}
+    given = [str(names[a[0]]) + a[1:] if a[:1] in names and a[1:2] in ("", "/") else a for a in args]
+    out = str(tmp_path / "out")
+    if "--out-is" in given:
+        at = given.index("--out-is")
+        out = given.pop(at + 1)
+        given.pop(at)
+    run = _cli(*given, "--plan", str(tmp_path / "no-plan"), "--out", out)
+    assert run.returncode == 2 and says.format(F=tmp_path / "file") in _one_line(run), run.stderr
+    assert not (tmp_path / "root").exists() and not (tmp_path / "work").exists()
+
+
+def test_device_gib_without_root_is_refused_before_planning(tmp_path, monkeypatch, capsys):
+    import storage.checkpoint.__main__ as command
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the loop device, mount and cgroup need root
+    assert command.main(["--benchmark", "flux", "--device-gib", "1", "--plan", str(tmp_path / "no-plan"),
+                         "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[checkpoint] error: --device-gib 1: throttled storage needs root (loop devices, mounts, cgroups); "
+                   "running as uid 1000"], err
+
+
+def test_a_read_only_root_or_out_is_refused_before_planning(tmp_path, disk):
+    (disk / "out").mkdir()
+    remount_read_only(disk)
+    for root, out, says in [(disk / "c", tmp_path / "out", f"--root {disk / 'c'}: {disk} is on a read-only file system"),
+                            (tmp_path / "root", disk / "out", f"--out {disk / 'out'}: {disk / 'out'} is on a read-only")]:
+        run = _cli("--benchmark", "flux", "--root", str(root), "--plan", str(tmp_path / "no-plan"), "--out", str(out))
+        assert run.returncode == 2 and says in _one_line(run), run.stderr
+    assert not (tmp_path / "root").exists()
+
+
+def test_ranks_that_write_no_result_are_one_line_and_status_1(flux_plan, tmp_path, monkeypatch, capsys):
+    import storage.checkpoint.__main__ as command
+
+    common = ["--benchmark", "flux", "--world-size", "4", "--ranks", "0", "--plan", str(flux_plan),
+              "--root", str(tmp_path / "root"), "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(command, "_launch", lambda *args, **kwargs: 0)  # exited 0, wrote nothing
+    assert command.main(common) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[checkpoint] error: the ranks exited 0 but left no result in "), err
+    monkeypatch.setattr(command, "_launch", lambda *args, **kwargs: -signal.SIGKILL)
+    assert command.main(common) == 128 + signal.SIGKILL
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[checkpoint] error: the ranks' launcher was killed by SIGKILL"], err
 
 
 def test_a_root_holding_a_trainers_checkpoints_is_refused_before_planning_and_left_as_it_was(tmp_path):
@@ -157,10 +237,44 @@ def test_a_root_holding_a_trainers_checkpoints_is_refused_before_planning_and_le
 
 
 def test_checkpoints_larger_than_the_disk_are_refused_before_anything_is_written(flux_plan, small_tmpfs, tmp_path):
-    run = _cli("--benchmark", "flux", "--world-size", "4", "--plan", str(flux_plan), "--root", str(small_tmpfs / "c"),
-               "--out", str(tmp_path / "out"))
-    assert run.returncode == 2 and "give fewer --ranks" in run.stderr, run.stderr
-    assert not (small_tmpfs / "c").exists() or list((small_tmpfs / "c").iterdir()) == []
+    root = small_tmpfs / "c"
+    run = _cli("--benchmark", "flux", "--world-size", "4", "--plan", str(flux_plan), "--root", str(root),
+               "--keep-last-n", "2", "--out", str(tmp_path / "out"))
+    line = _one_line(run)
+    assert run.returncode == 2 and line.startswith(f"[checkpoint] error: --root {root} cannot hold the saves of flux "
+                                                   "flux-tiny by ranks 0-3 of a world of 4: a save puts "), line
+    # the two figures (bytes and files of the saves at once, what is free), how the ranks were counted, what to change
+    assert " MB in " in line and " need " in line and f"{small_tmpfs} has " in line and " files free" in line, line
+    assert "(the ranks that write on it: ranks 0-3, 1 host)" in line and "2 at once" in line, line
+    assert all(flag in line for flag in ("--saves", "--keep-last-n", "--flavor", "--ranks", "--root")), line
+    assert not root.exists()  # not made, not marked
+
+
+def test_a_disk_that_fills_up_during_the_saves_ends_them_with_status_5_in_one_line(flux_plan, disk, tmp_path):
+    root = disk / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
+                             "--ranks", "0-1", "--saves", "400", "--restores", "0", "--plan", str(flux_plan),
+                             "--root", str(root), "--out", str(tmp_path / "out")], cwd=REPO, env=_own_tmp(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (root.is_dir() and CheckpointManager(root).complete_checkpoints()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.01)
+    with kept_full(disk):  # what the saves free, and what is left, is taken
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 5, err[-3000:]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and re.fullmatch(
+            rf"\[checkpoint\] error: emulated checkpoint step_\d+ could not be written under {root}: rank [01]: "
+            r"no space left on device; nothing of it is left, the checkpoints before it are complete", lines[0]), err
+        left = sorted(p.name for p in root.iterdir())
+        assert not any(name.endswith(".tmp") for name in left), left  # no partial save, no staging folder
+        complete = CheckpointManager(root).complete_checkpoints()
+        assert left == sorted([".mlperf-storage-checkpoint"] + [p.name for p in complete])
+        for checkpoint in complete:
+            _loadable(checkpoint)
+    assert not (tmp_path / "out" / "checkpoint.json").exists()
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout == b""
 
 
 def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(flux_plan, tmp_path):
