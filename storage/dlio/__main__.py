@@ -9,7 +9,10 @@ export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLI
          (mlperf_storage/phases/, dlio-2.0.0-phases/) and their section in MLPSTORAGE.md
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
          workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
-         reader plugin makes per sample the reads the profile recorded and compares them too
+         reader plugin makes per sample the reads the profile recorded and compares them too;
+         --dlio 3.0 runs DLIO 3.0.x (.venv-dlio3, built from a local copy: storage/dlio/setup_env_3.sh),
+         where --reader storage runs the MLPerf Storage workload itself and --reader object its
+         object-storage form in the bucket the run read (s3dlio)
 checkpoint  OUT is a `python -m storage.checkpoint --out` folder: writes OUT/dlio/, the DLIO checkpoint
          workloads closest to its emulated checkpoint (MLPerf Storage's schema, DLIO 2.0.0's);
          [--run [--root DIR]] runs DLIO 2.0.0's with the same ranks and prints the two side by side

@@ -1,4 +1,5 @@
-"""`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin] [--dlio 2.0.0|3.0]`
+"""`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin|storage|object]
+[--dlio 2.0.0|3.0]`
 (dispatched by __main__)."""
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="2.0.0 (PyPI's, the default) or 3.0: mlcommons/DLIO_local_changes 3.0.x, the DLIO "
                              "mlpstorage runs, in .venv-dlio3/ (built from a local copy: DLIO3_SOURCE=<checkout or "
                              "archive> bash storage/dlio/setup_env_3.sh); results in RUN_DIR/dlio/*_dlio3.json")
-    parser.add_argument("--reader", choices=("generic", "plugin", "storage"), default="generic",
+    parser.add_argument("--reader", choices=("generic", "plugin", "storage", "object"), default="generic",
                         help="generic: export's workload, one record per sample (default); plugin: a DLIO reader "
                              "plugin makes per sample the reads the profile recorded (counts, sizes, pattern) and "
                              "compares them (RUN_DIR/dlio/replay_plugin_result.json, work dir "
                              "RUN_DIR/dlio/replay-plugin); storage (with --dlio 3.0): the export's MLPerf Storage "
                              "workload itself (parquet read by row groups where it is parquet), at this run's data size "
-                             "(RUN_DIR/dlio/replay_storage_result_dlio3.json)")
+                             "(RUN_DIR/dlio/replay_storage_result_dlio3.json); object (with --dlio 3.0, a run whose "
+                             "data_root was s3://): the export's object-storage workload on DLIO's object mode (s3dlio), "
+                             "its data generated in the run's bucket through the same endpoint (AWS_* variables) and "
+                             "deleted afterwards unless --keep-data (RUN_DIR/dlio/replay_object_result_dlio3.json)")
     return parser
 
 

@@ -145,3 +145,25 @@ def test_an_archive_with_a_link_out_of_the_folder_is_refused_with_or_without_ext
     assert proc.returncode != 0 and len(errors) == 1 and "could not be extracted" in errors[0], errors
     assert not (outside / "planted").exists()
     assert not (tmp_path / "venv").exists()
+
+
+def test_the_object_reader_runs_only_on_3_0_and_only_for_a_run_that_read_a_bucket(tmp_path, monkeypatch, capsys):
+    """`--reader object` is DLIO 3.0.x's object mode on the export's object workload (what the sweep's --dlio
+    runs for s3:// data), reachable by hand: 2.0.0 is refused, and so is a run that read files (its object
+    workload names no bucket or endpoint), before any env is looked for or anything is written."""
+    from storage.dlio.replays import replay
+    from storage.load_profile.session import write_profile
+    from tests.storage.load_profile.profiles import known_profile
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_profile(run, known_profile(world_size=1))
+    with pytest.raises(ReplayError, match="the object reader runs .*object mode .*: add --dlio 3.0"):
+        replay(run, reader="object")
+    monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
+    monkeypatch.delenv("DLIO3_SOURCE", raising=False)
+    with pytest.raises(ReplayError, match="the run read files, not an object store"):
+        replay(run, reader="object", dlio="3.0")
+    assert replay_main(["replay", str(run), "--dlio", "3.0", "--reader", "object"]) == 2
+    assert "the run read files, not an object store" in capsys.readouterr().err
+    assert not (run / "dlio" / "replay-object-dlio3").exists()
