@@ -3,8 +3,9 @@
     mlperf_storage/<model>_checkpoint.yaml   MLPerf Storage's checkpointing schema (the llama3_*.yaml
                                              files; DLIO_local_changes, the DLIO mlpstorage runs):
                                              a non-transformer model of `model_size_bytes` and one
-                                             fp32 optimizer group per rank, ZeRO-3 over the world,
-                                             write K / read K, fsync
+                                             optimizer group per rank, ZeRO-3, write K / read K,
+                                             fsync; the world is DLIO's ranks unless this host runs
+                                             a subset of it (`mode: subset`, `parallelism.data`)
     dlio-2.0.0/workload/<model>_checkpoint.yaml  what PyPI's DLIO 2.0.0 runs: checkpoints during a
                                              training run of a few tiny files, every rank writing
                                              one file of its bytes (`type: all_ranks`)
@@ -38,6 +39,7 @@ from storage.load_profile.block_device import disk_counters, find_block_device
 MLPERF_DIR, DLIO_2_DIR = "mlperf_storage", "dlio-2.0.0"
 # DLIO 2.0.0 checkpoints inside a training run: a few tiny samples carry the steps between saves
 _TINY_FILES, _TINY_SAMPLES, _TINY_RECORD = 8, 4, 4096
+_GROUP_TENSORS = 3  # the tensors DLIO 3.0.x writes per listed optimization group (see mlperf_storage_workload)
 _MEMORY_SHARE = 0.6  # DLIO 2.0.0 holds every rank's checkpoint in memory: refuse beyond this of MemAvailable
 
 
@@ -78,17 +80,23 @@ def mlperf_storage_workload(plan: CheckpointPlan, ranks: Sequence[int], *, saves
     model = round(sum(parts[r]["model"] for r in ranks) / len(ranks))
     optimizer = round(sum(parts[r]["optimizer"] for r in ranks) / len(ranks))
     name = f"{plan.benchmark}_{plan.flavor}".replace("-", "_")
+    # DLIO_local_changes 3.0.x writes a listed optimization group of G elements as three int8 tensors of G
+    # (`a`, `b` and `combined`: 3 G bytes, whatever optimizer_datatype says), so G is a third of the bytes
     workload: dict[str, Any] = {
         "model": {"name": name, "type": plan.benchmark, "model_size_bytes": model,
-                  "optimization_groups": [optimizer // 4] if optimizer else [], "optimizer_datatype": "fp32",
-                  "parallelism": {"data": plan.world_size, "tensor": 1, "pipeline": 1, "zero_stage": 3}},
+                  "optimization_groups": [optimizer // _GROUP_TENSORS] if optimizer else [],
+                  "optimizer_datatype": "fp32",
+                  "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3}},
         "framework": "pytorch",
         "workflow": {"generate_data": False, "train": False, "checkpoint": True},
         "checkpoint": {"checkpoint_folder": f"checkpoints/{name}", "time_between_checkpoints": seconds_between,
                        "num_checkpoints_write": saves, "num_checkpoints_read": saves, "fsync": True},
     }
     if len(ranks) < plan.world_size:
-        workload["checkpoint"]["mode"] = "subset"  # this host's ranks of the world
+        # this host's ranks of the world: subset mode takes the world's data parallelism; the default mode
+        # refuses one (3.0.x: "workload.parallelism.data should not be set", it is DLIO's ranks)
+        workload["checkpoint"]["mode"] = "subset"
+        workload["model"]["parallelism"] = {"data": plan.world_size, **workload["model"]["parallelism"]}
     return workload
 
 

@@ -42,7 +42,7 @@ def test_the_workloads_carry_the_plans_bytes_and_world(retinanet_run, tmp_path):
     mlperf = yaml.safe_load(written[MLPERF_DIR].read_text())
     assert mlperf["model"]["parallelism"] == {"data": 4, "tensor": 1, "pipeline": 1, "zero_stage": 3}
     assert mlperf["model"]["model_size_bytes"] == round((parts[0]["model"] + parts[1]["model"]) / 2)
-    assert mlperf["model"]["optimization_groups"] == [round((parts[0]["optimizer"] + parts[1]["optimizer"]) / 2) // 4]
+    assert mlperf["model"]["optimization_groups"] == [round((parts[0]["optimizer"] + parts[1]["optimizer"]) / 2) // 3]
     assert mlperf["checkpoint"]["num_checkpoints_write"] == mlperf["checkpoint"]["num_checkpoints_read"] == 3
     assert mlperf["checkpoint"]["mode"] == "subset" and mlperf["checkpoint"]["fsync"] is True
     assert "Not expressed" in written[MLPERF_DIR].read_text()
@@ -60,6 +60,28 @@ def test_dlio_2_writes_one_file_a_rank_and_save_side_by_side(retinanet_run, dlio
     assert result["ranks"] == 2 and len(result["checkpoint_s"]) == 2 and result["files"] == 4
     assert result["per_rank_bytes"] * 4 <= result["bytes"] < result["per_rank_bytes"] * 4 + 4 * 4096
     assert "emulated (DCP, fsync)" in run.stdout and "DLIO 2.0.0" in run.stdout
+
+
+def test_the_mlperf_storage_file_is_one_dlio_3_0_accepts_with_the_planned_bytes(monkeypatch):
+    """As DLIO_local_changes 3.0.2 validates and sizes it (seen in a by-hand run, docs/checkpoints.md): the
+    default mode (DLIO's ranks are the world) refuses a parallelism.data, subset mode needs one; a listed
+    optimization group of G elements is written as three int8 tensors of G, so 3 G is the optimizer's bytes."""
+    from types import SimpleNamespace
+
+    from storage.dlio import checkpoint_workload
+
+    parts = [{"model": 74_394_200, "optimizer": 147_396_175}, {"model": 74_394_200, "optimizer": 147_396_173}]
+    monkeypatch.setattr(checkpoint_workload, "per_rank_bytes", lambda plan: parts)
+    plan = SimpleNamespace(benchmark="retinanet", flavor="reference", world_size=2)
+    whole = checkpoint_workload.mlperf_storage_workload(plan, [0, 1], saves=1, seconds_between=1.0)
+    assert whole["model"]["parallelism"] == {"tensor": 1, "pipeline": 1, "zero_stage": 3}
+    assert "mode" not in whole["checkpoint"]
+    assert whole["model"]["model_size_bytes"] == 74_394_200
+    (group,) = whole["model"]["optimization_groups"]
+    assert 0 <= 147_396_174 - 3 * group < 3
+    subset = checkpoint_workload.mlperf_storage_workload(plan, [1], saves=1, seconds_between=1.0)
+    assert subset["checkpoint"]["mode"] == "subset"
+    assert subset["model"]["parallelism"] == {"data": 2, "tensor": 1, "pipeline": 1, "zero_stage": 3}
 
 
 def test_a_checkpoint_larger_than_memory_is_refused_before_dlio_starts(tmp_path):
