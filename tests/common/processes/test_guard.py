@@ -14,6 +14,7 @@ from pathlib import Path
 from common.processes.identity import ProcessIdentity
 from common.processes.members import session_members
 from common.processes.session import Session
+from tests.child_signals import default_sighup
 from tests.trainers.trainer_process import REPO
 
 
@@ -78,7 +79,8 @@ def test_the_guard_ends_the_session_and_removes_the_folder_when_its_owner_is_kil
         marker = f"mlperf-guard-test-{os.getpid()}-{sig}"
         folder = tmp_path / f"staging-{sig}"
         owner = subprocess.Popen([sys.executable, "-c", _owner_script(marker, folder)], cwd=REPO,
-                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+                                 stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                 preexec_fn=default_sighup)
         assert owner.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 20
         while len(with_marker(marker)) < 3:

@@ -16,6 +16,7 @@ from common.object_store.requests import GET, RANGED_GET, process_tally
 from flux.data.schema import FluxDataError
 from flux.data.splits import open_splits
 from flux.data.synthetic import main as generate_main
+from tests.child_signals import default_sighup
 
 # 3 shards of 13 or 14 rows, each one record batch (save_to_disk's layout, the default) or several (rows of
 # 6,720 B in batches of at most 5 rows): the walk over the stream's messages and the shard lookup both matter
@@ -161,7 +162,7 @@ def test_the_staging_folder_goes_when_the_upload_is_stopped_or_killed(object_end
         staging_root.mkdir()
         proc = subprocess.Popen([sys.executable, "-c", _KILLED_DURING_UPLOAD, *GENERATE, "--out", "s3://data/x"],
                                 cwd=REPO, env={**os.environ, "MLPERF_STAGING_DIR": str(staging_root)},
-                                stdout=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, text=True, preexec_fn=default_sighup)
         while proc.stdout.readline().strip() != "uploading":
             assert proc.poll() is None
         assert [p.name[:15] for p in staging_root.iterdir()] == ["mlperf-staging-"]
