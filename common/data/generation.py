@@ -20,6 +20,7 @@ writes it, nor on the order.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -204,6 +205,21 @@ def _init_worker(plan: DatasetPlan) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _threads_kept() -> Iterator[None]:
+    """torch's intra-op thread count as it was before the block, whatever the block set."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _write_job(args: tuple[Path, FileJob]) -> int:
     out_dir, job = args
     path = out_dir / job.relpath
@@ -213,9 +229,10 @@ def _write_job(args: tuple[Path, FileJob]) -> int:
 
 def _written(plan: DatasetPlan, out_dir: Path, jobs: list[FileJob], workers: int) -> Iterator[tuple[FileJob, int]]:
     if workers <= 1:
-        _init_worker(plan)
-        for job in jobs:
-            yield job, _write_job((out_dir, job))
+        with _threads_kept():  # in this process: a trainer that generates its data trains on its own threads
+            _init_worker(plan)
+            for job in jobs:
+                yield job, _write_job((out_dir, job))
         return
     # spawn, not fork: the parent may run threads (tqdm, torch) that a fork would copy half-way
     with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(plan,)) as pool:

@@ -66,6 +66,24 @@ def test_workers_and_shards_write_the_same_bytes(tmp_path: Path) -> None:
     assert len(_tree(tmp_path / "one")) == 9 + 2  # the files, index.json, generation.json
 
 
+def test_writing_in_this_process_leaves_its_intra_op_threads_as_they_were(tmp_path: Path) -> None:
+    """The files are written on one thread, and a trainer that generates its own data (make run) then
+    trains on the threads it had, not on that one (DLRM-HSTU's debug run trained on 1 of 2 cores)."""
+    import torch
+
+    seen: list[int] = []
+    plan = NumbersPlan(count=2)
+    write = plan.write
+    plan.write = lambda job, path: (seen.append(torch.get_num_threads()), write(job, path))[1]
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        generation.generate(plan, tmp_path / "out", progress=False, log=lambda line: None)
+        assert seen == [1, 1] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_no_metadata_until_every_shard_is_done(tmp_path: Path) -> None:
     plan = NumbersPlan()
     generation.generate(plan, tmp_path, shard=Shard(0, 2), progress=False, log=lambda line: None)
