@@ -70,9 +70,12 @@ def test_generating_into_a_store_without_credentials_stops_before_writing_anythi
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("MLPERF_STAGING_DIR", str(tmp_path / "staging"))
     (tmp_path / "staging").mkdir()
-    with pytest.raises(SystemExit, match="--out s3://data/x: no credentials for http://127.0.0.1:9"):
+    with pytest.raises(SystemExit) as stopped:
         generate_main([*GENERATE, "--out", "s3://data/x"])
-    assert not any((tmp_path / "staging").iterdir()) and "[generate]" not in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert stopped.value.code == 2 and "--out s3://data/x: no credentials for http://127.0.0.1:9" in said.err
+    assert len(said.err.strip().splitlines()) == 1  # one line, no traceback
+    assert not any((tmp_path / "staging").iterdir()) and "[generate]" not in said.out
 
 
 def test_an_s3_data_root_without_out_is_written_to_the_bucket_not_to_a_local_folder(object_endpoint, tmp_path,
