@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,74 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.processes.identity import ProcessIdentity  # noqa: E402
 from storage.host import loopback_limit  # noqa: E402
 from storage.host.latency_relay import LatencyRelay  # noqa: E402
-
-MESSAGE = 64
-
-
-def _real_time() -> None:
-    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-
-
-def _serve(address: tuple[str, int], handle) -> socket.socket:
-    listener = socket.create_server(address)
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return listener
-
-
-def _close(listener: socket.socket) -> None:
-    listener.shutdown(socket.SHUT_RDWR)  # wakes its accept(): a closed listener's waiting thread would take
-    listener.close()  # the connections of the next listener given its descriptor's number
-
-
-def _echo(conn: socket.socket) -> None:
-    _real_time()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    with conn:
-        while data := conn.recv(1 << 16):
-            conn.sendall(data)
-
-
-def _round_trips_ms(address: tuple[str, int], count: int) -> list[float]:
-    times: list[float] = []
-
-    def run() -> None:
-        _real_time()
-        with socket.create_connection(address, timeout=30) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for _ in range(count):
-                start = time.perf_counter_ns()
-                sock.sendall(b"r" * MESSAGE)
-                got = 0
-                while got < MESSAGE:
-                    got += len(sock.recv(MESSAGE))
-                times.append((time.perf_counter_ns() - start) / 1e6)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    return times
-
-
-def _fetch_mb_s(address: tuple[str, int], size: int) -> float:
-    with socket.create_connection(address, timeout=60) as sock:
-        start = time.perf_counter()
-        sock.sendall(b"go")
-        got = 0
-        while data := sock.recv(1 << 20):
-            got += len(data)
-    if got != size:
-        raise RuntimeError(f"got {got} of {size} bytes")
-    return got / (time.perf_counter() - start) / 1e6
-
+from storage.host.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender  # noqa: E402
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -110,34 +40,26 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("error: needs root (tc on lo, real-time endpoints)", file=sys.stderr)
         return 2
-    echo = _serve(("127.0.0.1", 0), _echo)
-    target = echo.getsockname()[:2]
+    server = Listener("127.0.0.1", echo, threaded=True)
+    target = server.address
     print("| set ms | direct p50 ms | through p50 ms | added p50 ms | error | through p10-p90 ms |")
     print("|---:|---:|---:|---:|---:|---:|")
     for latency in args.latency_ms:
         with LatencyRelay(target=target, latency_ms=latency) as relay:
-            direct = _round_trips_ms(target, args.round_trips)
-            through = _round_trips_ms(relay.address, args.round_trips)
+            direct = round_trips_ms(target, args.round_trips)
+            through = round_trips_ms(relay.address, args.round_trips)
         added = statistics.median(through) - statistics.median(direct)
         print(f"| {latency:g} | {statistics.median(direct):.3f} | {statistics.median(through):.3f} | {added:.3f} | "
               f"{(added - latency) / latency:+.1%} | {_percentile(through, 0.1):.3f}-{_percentile(through, 0.9):.3f} |",
               flush=True)
-    _close(echo)
+    server.close()
 
     size = args.answer_mb << 20
-    block = b"\0" * (1 << 20)
-
-    def send(conn: socket.socket) -> None:
-        with conn:
-            conn.recv(16)
-            for _ in range(args.answer_mb):
-                conn.sendall(block)
-
-    source = _serve(("127.0.0.3", 0), send)
-    address = source.getsockname()[:2]
+    source = Listener("127.0.0.3", sender(args.answer_mb))  # its own address and port: tc holds only it
+    address = source.address
     with LatencyRelay(target=address, latency_ms=args.throughput_latency_ms) as relay:  # no link limit: its own
         cpu0 = relay.cpu_seconds()
-        ceiling = _fetch_mb_s(relay.address, size)
+        ceiling = fetch_mb_s(relay.address, size)
         ceiling_cpu = relay.cpu_seconds() - cpu0
     print(f"\nno link limit: {args.answer_mb} MiB through a {args.throughput_latency_ms:g} ms relay at {ceiling:.0f} MB/s "
           f"(the relay's own ceiling here; its CPU {ceiling_cpu:.2f} s)")
@@ -146,16 +68,16 @@ def main(argv: list[str] | None = None) -> int:
                            release_hint="scripts/latency_relay_check.py ({owner})",
                            process=ProcessIdentity.of(os.getpid()))
     try:
-        direct = _fetch_mb_s(address, size)
+        direct = fetch_mb_s(address, size)
         with LatencyRelay(target=address, latency_ms=args.throughput_latency_ms) as relay:
             cpu0 = relay.cpu_seconds()
-            through = _fetch_mb_s(relay.address, size)
+            through = fetch_mb_s(relay.address, size)
             cpu = relay.cpu_seconds() - cpu0
     finally:
         for line in loopback_limit.remove(holder):
             print(f"warning: {line}", file=sys.stderr)
         holder.rmdir()
-        _close(source)
+        source.close()
     print(f"\nlink held to {args.link_mb_s:g} MB/s by tc: {args.answer_mb} MiB directly at {direct:.2f} MB/s, through a "
           f"{args.throughput_latency_ms:g} ms relay at {through:.2f} MB/s ({through / direct:.1%}); the relay's CPU "
           f"{cpu:.2f} s for {size / 1e6:.1f} MB ({cpu / (size / 1e9):.2f} CPU-s per GB, "

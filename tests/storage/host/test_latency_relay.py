@@ -22,15 +22,11 @@ import pytest
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.latency_relay import MODULE, LatencyRelay, LatencyRelayError, set_delay
+from storage.host.round_trip_probe import Listener, echo as echo_back, fetch_mb_s, round_trips_ms, sender
 from tests.environment import unavailable
 
 REPO = Path(__file__).resolve().parents[3]
 ROUND_TRIPS = 200
-MESSAGE = 64
-
-
-def _real_time() -> None:
-    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
 
 def _need_root(why: str) -> None:
@@ -38,82 +34,9 @@ def _need_root(why: str) -> None:
         unavailable(f"{why} needs root")
 
 
-class _Server:
-    """A listener on `host` whose accepting thread calls `handle` per connection; close() ends that thread
-    (a listener closed while a thread waits in accept() keeps it waiting, and its descriptor's number is
-    reused by the next test's listener, whose connections that thread would then take)."""
-
-    def __init__(self, host: str) -> None:
-        self.listener = socket.create_server((host, 0))
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.listener.getsockname()[:2]
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.handle(conn)
-
-    def handle(self, conn: socket.socket) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept()
-        self.thread.join(timeout=10)
-        self.listener.close()
-
-
-class _Echo(_Server):
-    """A server that sends back what it gets, one thread per connection (in the real-time class)."""
-
-    def __init__(self) -> None:
-        super().__init__("127.0.0.1")
-
-    def handle(self, conn: socket.socket) -> None:
-        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _serve(conn: socket.socket) -> None:
-        _real_time()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with conn:
-            while data := conn.recv(1 << 16):
-                conn.sendall(data)
-
-
-def _round_trips(address: tuple[str, int], count: int, conn: socket.socket | None = None) -> list[float]:
-    """Milliseconds of each of `count` request-responses of MESSAGE bytes, from a real-time thread."""
-    times: list[float] = []
-
-    def run() -> None:
-        _real_time()
-        sock = conn or socket.create_connection(address)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(count):
-            start = time.perf_counter_ns()
-            sock.sendall(b"r" * MESSAGE)
-            got = 0
-            while got < MESSAGE:
-                got += len(sock.recv(MESSAGE))
-            times.append((time.perf_counter_ns() - start) / 1e6)
-        if conn is None:
-            sock.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    return times
-
-
 @pytest.fixture
 def echo():
-    server = _Echo()
+    server = Listener("127.0.0.1", echo_back, threaded=True)
     yield server
     server.close()
 
@@ -122,8 +45,8 @@ def echo():
 def test_a_request_response_gains_the_set_round_trip(echo, latency_ms):
     _need_root("holding the round trip to 10% (real-time endpoints)")
     with LatencyRelay(target=echo.address, latency_ms=latency_ms) as relay:
-        direct = statistics.median(_round_trips(echo.address, ROUND_TRIPS))
-        through = statistics.median(_round_trips(relay.address, ROUND_TRIPS if latency_ms < 5 else 60))
+        direct = statistics.median(round_trips_ms(echo.address, ROUND_TRIPS))
+        through = statistics.median(round_trips_ms(relay.address, ROUND_TRIPS if latency_ms < 5 else 60))
     added = through - direct
     assert abs(added - latency_ms) <= 0.1 * latency_ms, (latency_ms, direct, through)
 
@@ -131,7 +54,7 @@ def test_a_request_response_gains_the_set_round_trip(echo, latency_ms):
 def test_jitter_varies_the_round_trip_and_never_reorders_the_stream(echo, tmp_path):
     _need_root("the round trip's spread (real-time endpoints)")
     with LatencyRelay(target=echo.address, latency_ms=4.0, jitter_ms=4.0, seed=3) as relay:
-        trips = sorted(_round_trips(relay.address, 150))
+        trips = sorted(round_trips_ms(relay.address, 150))
         # a stream of numbered records written in small pieces, each piece its own chunk and its own draw
         records = b"".join(f"{i:08d}".encode() for i in range(20_000))
         got = bytearray()
@@ -158,54 +81,30 @@ def test_jitter_varies_the_round_trip_and_never_reorders_the_stream(echo, tmp_pa
 def test_a_new_latency_applies_to_an_open_connection(echo, tmp_path):
     with LatencyRelay(target=echo.address, latency_ms=0.0, control=tmp_path / "relay.json") as relay:
         with socket.create_connection(relay.address) as conn:
-            before = statistics.median(_round_trips(relay.address, 40, conn))
+            before = statistics.median(round_trips_ms(relay.address, 40, conn))
             relay.set(20.0)
-            after = statistics.median(_round_trips(relay.address, 20, conn))
+            after = statistics.median(round_trips_ms(relay.address, 20, conn))
         assert after - before >= 18.0, (before, after)
         relay.set(0.0)
-        assert statistics.median(_round_trips(relay.address, 40)) < before + 2.0
+        assert statistics.median(round_trips_ms(relay.address, 40)) < before + 2.0
         assert (tmp_path / "relay.json.applied").exists()
     assert not (tmp_path / "relay.json").exists() and not (tmp_path / "relay.json.applied").exists()
 
 
-class _Source(_Server):
-    """A server that sends SIZE bytes to each connection that asks, on its own address and port."""
-
-    SIZE = 12 << 20
-
-    def __init__(self) -> None:
-        super().__init__("127.0.0.3")
-
-    def handle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.recv(16)
-            block = b"\0" * (1 << 20)
-            for _ in range(self.SIZE >> 20):
-                conn.sendall(block)
-
-
-def _fetch_mb_s(address: tuple[str, int]) -> float:
-    with socket.create_connection(address, timeout=30) as sock:  # a stalled relay fails the test, not hangs it
-        start = time.perf_counter()
-        sock.sendall(b"go")
-        got = 0
-        while data := sock.recv(1 << 20):
-            got += len(data)
-    assert got == _Source.SIZE
-    return got / (time.perf_counter() - start) / 1e6
+SOURCE_MIB = 12  # the answer a connection that asks gets
 
 
 def test_throughput_holds_a_tc_limited_link(tmp_path):
     _need_root("tc on lo")
     limit_mb_s = 8.0
-    source = _Source()
+    source = Listener("127.0.0.3", sender(SOURCE_MIB))  # its own address and port: tc holds only it
     loopback_limit.install(address=source.address[0], port=source.address[1], read_mb_s=limit_mb_s, holder=tmp_path,
                            release_hint="the latency relay's test in {owner}", process=ProcessIdentity.of(os.getpid()))
     try:
-        direct = _fetch_mb_s(source.address)
+        direct = fetch_mb_s(source.address, SOURCE_MIB << 20, timeout_s=30)
         with LatencyRelay(target=source.address, latency_ms=10.0) as relay:
             cpu_before = relay.cpu_seconds()
-            through = _fetch_mb_s(relay.address)
+            through = fetch_mb_s(relay.address, SOURCE_MIB << 20, timeout_s=30)
             cpu = relay.cpu_seconds() - cpu_before
     finally:
         assert loopback_limit.remove(tmp_path) == []
@@ -213,7 +112,7 @@ def test_throughput_holds_a_tc_limited_link(tmp_path):
     assert 0.8 * limit_mb_s <= direct <= 1.15 * limit_mb_s, direct
     # a 12 MB answer is one request: the 10 ms round trip adds ~1% to its 1.5 s
     assert through >= 0.9 * direct, (direct, through)
-    assert cpu < 0.5 * _Source.SIZE / (through * 1e6), cpu  # the relay's CPU: under half a core at the link's rate
+    assert cpu < 0.5 * (SOURCE_MIB << 20) / (through * 1e6), cpu  # the relay's CPU: under half a core at the link's rate
 
 
 def _relays_of(pid: int) -> list[int]:
@@ -269,7 +168,7 @@ def test_the_relay_ends_with_its_owner_on_sigterm_and_on_sigkill_leaving_no_conn
     try:
         relay = LatencyRelay(target=echo.address, owner=ProcessIdentity.of(owner.pid)).start()
         conn = socket.create_connection(relay.address)
-        assert _round_trips(relay.address, 3, conn)
+        assert round_trips_ms(relay.address, 3, conn)
         owner.kill()
         owner.wait()
         assert _gone(relay.process.pid), "the relay outlived its owner"
