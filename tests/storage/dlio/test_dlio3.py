@@ -78,17 +78,24 @@ def test_the_setup_script_refuses_in_one_line_without_a_local_source(tmp_path, s
     assert not (tmp_path / "venv").exists()  # nothing built, nothing downloaded
 
 
-def test_the_storage_reader_runs_only_on_3_0_and_needs_its_env(tmp_path, monkeypatch):
-    """`--reader storage` runs the export's MLPerf Storage workload itself (FLUX's parquet row groups):
-    only DLIO 3.0.x reads it, so 2.0.0 is refused before anything runs, and 3.0 without its env says how
-    to build it."""
-    from storage.dlio.replays import replay
+def _one_rank_run(tmp_path: Path) -> Path:
+    """A run folder holding a known one-rank load profile (a run that read local files)."""
     from storage.load_profile.session import write_profile
     from tests.storage.load_profile.profiles import known_profile
 
     run = tmp_path / "run"
     run.mkdir()
     write_profile(run, known_profile(world_size=1))
+    return run
+
+
+def test_the_storage_reader_runs_only_on_3_0_and_needs_its_env(tmp_path, monkeypatch):
+    """`--reader storage` runs the export's MLPerf Storage workload itself (FLUX's parquet row groups):
+    only DLIO 3.0.x reads it, so 2.0.0 is refused before anything runs, and 3.0 without its env says how
+    to build it."""
+    from storage.dlio.replays import replay
+
+    run = _one_rank_run(tmp_path)
     with pytest.raises(ReplayError, match="only DLIO 3.0.x reads .*add --dlio 3.0"):
         replay(run, reader="storage")
     monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
@@ -152,12 +159,8 @@ def test_the_object_reader_runs_only_on_3_0_and_only_for_a_run_that_read_a_bucke
     runs for s3:// data), reachable by hand: 2.0.0 is refused, and so is a run that read files (its object
     workload names no bucket or endpoint), before any env is looked for or anything is written."""
     from storage.dlio.replays import replay
-    from storage.load_profile.session import write_profile
-    from tests.storage.load_profile.profiles import known_profile
 
-    run = tmp_path / "run"
-    run.mkdir()
-    write_profile(run, known_profile(world_size=1))
+    run = _one_rank_run(tmp_path)
     with pytest.raises(ReplayError, match="the object reader runs .*object mode .*: add --dlio 3.0"):
         replay(run, reader="object")
     monkeypatch.setenv("DLIO3_VENV", str(tmp_path / "venv"))
