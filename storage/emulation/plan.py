@@ -36,6 +36,7 @@ from common.run.benchmark import DataPlan, RunContext, TrainingPlan
 from common.run.events import Save
 from common.run.loop import LoopResult
 from common.spec import BenchmarkSpec
+from storage.emulation import storage_latency
 from storage.emulation.checkpoints import RunCheckpoints
 from storage.emulation.client_host import ClientHostMemory, hold_to_client_memory
 from storage.emulation.report import build_report, verdict_line, write_host_series, write_report
@@ -149,6 +150,7 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
     cold = _cold_start(ctx, accelerator.settings, local_dirs) if local_dirs else None
     memory = _memory_check(ctx, local_dirs, client) if local_dirs else None
     series = _start_host_series(ctx, accelerator.settings, client)
+    latency_at_start = storage_latency.snapshot() if ctx.info.is_main else None
     checkpoints = _checkpoints(ctx, accelerator.settings, spec, on_save=checkpoint_saved)
     task = EmulatedTask(seconds_per_step=seconds, stdev_s=accelerator.settings.stdev_s, seed=ctx.seed,
                         rank=ctx.info.rank, count_samples=data.count_samples, checkpoints=checkpoints)
@@ -166,7 +168,8 @@ def emulated_plan(ctx: RunContext, data: DataPlan, *, accelerator: EmulatedAccel
             return {}, None
         report = build_report(benchmark=accelerator.row.benchmark, accelerator=accelerator.name,
                               utilisations=utilisations, au_threshold=accelerator.au_threshold, compute=compute,
-                              profile=profile(), cold=cold, memory=memory)
+                              profile=profile(), cold=cold, memory=memory,
+                              latency=storage_latency.storage_latency(latency_at_start, storage_latency.snapshot()))
         path = write_report(ctx.run_dir, report)
         write_host_series(ctx.run_dir, [u["series"] for u in utilisations if u.get("series")])
         line = verdict_line(report)

@@ -14,7 +14,9 @@
                 cache_bytes (the page cache it held at the end), peak_bytes, rss_bytes, oom_kills}}],
      "client_cpu_saturated": any host's CPUs >= 90% busy (the client, not the storage, was the limit),
      "phases": what the data path's one-time and per-window phases cost here (storage.emulation.phase_costs;
-               None for a run that recorded none)}
+               None for a run that recorded none),
+     "storage_latency": {latency_ms, jitter_ms, held, relays, at_start, at_end}: the round trip the storage's
+               latency relays added (storage.emulation.storage_latency; None for a run told of no relay)}
 
 Storage rates come from the load profile of the same run (load_profile.json, written just
 before): logical bytes are what the loaders asked for, unique the distinct byte ranges, process the
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from storage.emulation.phase_costs import phase_costs
+from storage.emulation.storage_latency import text as latency_text
 from storage.host.cpu_use import SATURATED
 
 REPORT_FILE = "emulation.json"
@@ -100,7 +103,8 @@ def host_figures(utilisations: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 
 def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Mapping[str, float]],
                  au_threshold: float, compute: Mapping[str, Any], profile: Mapping[str, Any] | None,
-                 cold: Mapping[str, Any] | None, memory: Mapping[str, Any] | None) -> dict[str, Any]:
+                 cold: Mapping[str, Any] | None, memory: Mapping[str, Any] | None,
+                 latency: Mapping[str, Any] | None = None) -> dict[str, Any]:
     aus = [float(u["au"]) for u in utilisations]
     mean = sum(aus) / len(aus)
     walls = [float(u["wall_s"]) for u in utilisations]
@@ -128,6 +132,7 @@ def build_report(*, benchmark: str, accelerator: str, utilisations: Sequence[Map
         "checkpoints": checkpoint_figures(utilisations),
         "phases": _phases(profile, samples_per_s=samples / max(walls) if max(walls) > 0 else None,
                           device_bytes_per_sample=per_sample["device"]),
+        "storage_latency": dict(latency) if latency else None,
     }
 
 
@@ -189,7 +194,7 @@ def verdict_line(report: Mapping[str, Any]) -> str:
     return (f"[emulate] {report['accelerators']} x {report['accelerator']} ({report['benchmark']}): AU {au['mean']:.1%} "
             f"(min {au['min']:.1%}) vs {report['au_threshold']:.0%}: {verdict}; {report['samples_per_s']:,.1f} samples/s, "
             f"{_mb(s['mb_per_s'])} MB/s asked, {_mb(s['device_mb_per_s'])} MB/s from the device{_client_text(report)}"
-            f"{_checkpoint_text(report)}")
+            f"{latency_text(report.get('storage_latency'))}{_checkpoint_text(report)}")
 
 
 def _checkpoint_text(report: Mapping[str, Any]) -> str:

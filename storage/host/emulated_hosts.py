@@ -37,6 +37,8 @@ from common.processes.identity import ProcessIdentity, start_time
 from storage.host.commands import run_checked
 
 AGENT = Path(__file__).with_name("emulated_host_ssh")
+# the hosts' root, as the launches pass it to every rank (AGENT reads it to find a host's namespaces)
+ROOT_VARIABLE = "MLPERF_EMULATED_HOSTS"
 MAX_HOSTS = 250
 _HOST_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 

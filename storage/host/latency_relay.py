@@ -75,6 +75,11 @@ class LatencyRelayError(RuntimeError):
     """A relay that cannot start, or a setting it refuses, on one line naming why."""
 
 
+# where a storage's relays are named to the runs that read through them: their control files, os.pathsep between
+# (storage.host.object_endpoint writes it into its env file; storage.sweep and the runs read it)
+RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"
+
+
 def check_delay(latency_ms: float, jitter_ms: float = 0.0, *, flag: str = "--latency-ms",
                 jitter_flag: str = "--jitter-ms") -> None:
     """LatencyRelayError naming the flag for a latency or jitter that is not a finite number >= 0."""

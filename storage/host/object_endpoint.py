@@ -36,11 +36,10 @@ from pathlib import Path
 
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
-from storage.host.latency_relay import LatencyRelay, LatencyRelayError, check_delay
+from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
 
 ADDRESS = "127.0.0.1"
 LIMITERS = ("tc", "rclone")
-RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"  # the relays' control files (os.pathsep between), for storage.sweep
 
 
 class ObjectEndpointError(RuntimeError):

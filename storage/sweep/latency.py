@@ -20,11 +20,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from storage.host.latency_relay import LatencyRelayError, check_delay, set_delay
+from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_delay, set_delay
 from storage.sweep.plot import bar
 from storage.sweep.rules import SweepError
 
-RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"  # as storage.host.object_endpoint writes it
 LATENCY_FORMAT = "mlperf-emulation-latency-sweep"
 
 

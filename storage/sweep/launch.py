@@ -215,12 +215,12 @@ def make_launcher(kind: str, *, hosts: Sequence[str], mpiexec: str | None, emula
         raise LaunchError(f"--emulated-hosts {emulated_hosts}: the standalone launcher runs every rank on this host; "
                           "the emulated hosts are reached with --launcher mpi --hosts (or slurm)")
     if emulated_hosts is not None:
-        from storage.host.emulated_hosts import AGENT
+        from storage.host.emulated_hosts import AGENT, ROOT_VARIABLE
 
         if not (emulated_hosts / "ns").is_dir():
             raise LaunchError(f"--emulated-hosts {emulated_hosts}: no emulated hosts there (no ns/ folder; "
                               "python -m storage.host.shared_storage up makes them)")
-        extra_env = (("MLPERF_EMULATED_HOSTS", str(emulated_hosts)),)
+        extra_env = ((ROOT_VARIABLE, str(emulated_hosts)),)
         launcher_exec = str(AGENT)
     if kind == "standalone":
         if hosts:
