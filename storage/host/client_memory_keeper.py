@@ -38,7 +38,11 @@ def oom_line(*, limit_bytes: int, setting: str, kills: int, stats: dict) -> str:
 
 def keep(cgroup: Path, *, version: int, home: Path, owner: int, limit_bytes: int, setting: str,
          poll_s: float = POLL_S, linger_s: float = LINGER_S) -> int:
-    reported = oom_kills(version, cgroup)
+    # The cgroup is the run's, made just before its keeper: every OOM kill it counts is the run's, and a
+    # peak use above 0 means a process ran in it. Both hold when the keeper starts late on busy cores,
+    # after a process already came and went (a baseline read at start, or `members` alone, would then
+    # miss the kill and wait for the owner).
+    reported = 0
     seen = False
     orphaned_since: float | None = None
     while cgroup.exists():
@@ -48,7 +52,7 @@ def keep(cgroup: Path, *, version: int, home: Path, owner: int, limit_bytes: int
                            stats=read_stats(version, cgroup)), file=sys.stderr, flush=True)
             reported = kills
         inside = members(cgroup)
-        seen = seen or bool(inside)
+        seen = seen or bool(inside) or (read_stats(version, cgroup).get("peak_bytes") or 0) > 0
         owner_ended = not running(owner)
         if not inside and (seen or owner_ended):
             try:

@@ -166,6 +166,29 @@ def test_the_keeper_says_in_one_line_when_the_oom_killer_ends_a_process_and_remo
     assert not cgroup.path.exists()  # removed by the keeper once its last process had gone
 
 
+def test_a_keeper_started_after_the_kill_still_says_so_and_removes_the_cgroup(tmp_path):
+    """On busy cores the keeper's start can come after a process of the cgroup was already OOM-killed: it
+    still reports the kill and removes the cgroup, rather than wait for its owner (here this test) to end."""
+    _needs_cgroups()
+    cgroup = ClientMemoryCgroup.create(64 * MIB)
+    try:
+        hog = subprocess.run(["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.path / "cgroup.procs"),
+                              sys.executable, "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096])"],
+                             timeout=60)
+        assert hog.returncode == -9 and not members(cgroup.path)
+        keeper = subprocess.run([sys.executable, "-m", "storage.host.client_memory_keeper", str(cgroup.path),
+                                 str(cgroup.version), str(cgroup.home), str(os.getpid()), str(cgroup.limit_bytes),
+                                 "storage.Emulation.client_host_memory_in_gb = 0.0625"],
+                                cwd=REPO, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        if cgroup.path.exists():
+            cgroup.remove()
+    assert keeper.returncode == 0, keeper.stderr
+    (line,) = keeper.stderr.strip().splitlines()
+    assert "the kernel's OOM killer ended 1 process(es)" in line
+    assert not cgroup.path.exists()
+
+
 def test_the_keeper_outlives_sigterm_and_removes_the_cgroup_after_its_maker_ends(tmp_path):
     _needs_cgroups()
     cgroup = ClientMemoryCgroup.create(256 * MIB)
