@@ -197,20 +197,19 @@ _WORKER_PLAN: DatasetPlan | None = None
 def _init_worker(plan: DatasetPlan) -> None:
     global _WORKER_PLAN
     _WORKER_PLAN = plan
-    try:  # file content is small pieces of math: intra-op threads would only contend
-        import torch
-
+    # file content is small pieces of math: intra-op threads would only contend. Only where the generator
+    # uses torch (its module imported it): importing torch for this alone cost ~3 s a process and a worker
+    torch = sys.modules.get("torch")
+    if torch is not None:
         torch.set_num_threads(1)
-    except ImportError:
-        pass
 
 
 @contextlib.contextmanager
 def _threads_kept() -> Iterator[None]:
-    """torch's intra-op thread count as it was before the block, whatever the block set."""
-    try:
-        import torch
-    except ImportError:
+    """torch's intra-op thread count as it was before the block, whatever the block set (nothing to keep
+    in a process that has not imported torch: the block does not import it for the threads alone)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
         yield
         return
     before = torch.get_num_threads()
