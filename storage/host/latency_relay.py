@@ -311,8 +311,13 @@ def _applied(control: Path) -> Path:
     return control.with_name(control.name + ".applied")
 
 
+def _staging(path: Path, pid: int) -> Path:
+    """Where process `pid` writes `path` before it replaces it (a SIGKILL in between leaves it)."""
+    return path.with_name(f".{path.name}.{pid}.tmp")
+
+
 def _write_json(path: Path, value: dict[str, Any]) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging = _staging(path, os.getpid())
     staging.write_text(json.dumps(value) + "\n")
     staging.replace(path)
 
@@ -504,6 +509,8 @@ class LatencyRelay:
         if self.control is not None:
             for path in (self.control, _applied(self.control)):
                 path.unlink(missing_ok=True)
+                if self.process is not None:  # what the relay was writing when it was killed
+                    _staging(path, self.process.pid).unlink(missing_ok=True)
         return problems
 
     def record(self) -> dict[str, Any]:
