@@ -171,7 +171,7 @@ def _one_line(run: subprocess.CompletedProcess) -> str:
     (["--benchmark", "flux", "--root", "R", "--out-is", "F"], "--out {F} is not a folder"),
     (["--benchmark", "flux", "--root", "R", "--out-is", "F/out"], "--out {F}/out cannot be made: {F} is not a folder"),
 ])
-def test_bad_arguments_are_one_line_and_status_2_before_planning(args, says, tmp_path):
+def test_bad_arguments_are_one_line_and_status_2_before_planning(args, says, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     names = {"R": tmp_path / "root", "W": tmp_path / "work", "F": tmp_path / "file"}
     given = [str(names[a[0]]) + a[1:] if a[:1] in names and a[1:2] in ("", "/") else a for a in args]
@@ -180,9 +180,34 @@ def test_bad_arguments_are_one_line_and_status_2_before_planning(args, says, tmp
         at = given.index("--out-is")
         out = given.pop(at + 1)
         given.pop(at)
-    run = _cli(*given, "--plan", str(tmp_path / "no-plan"), "--out", out)
-    assert run.returncode == 2 and says.format(F=tmp_path / "file") in _one_line(run), run.stderr
+    # in this process (a process each cost ~4 s of imports for one line); the command's own exit status
+    # and stderr are test_a_bad_argument_exits_2_in_one_line_from_the_command's
+    code, stderr = _main_in_process([*given, "--plan", str(tmp_path / "no-plan"), "--out", out], capsys)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and says.format(F=tmp_path / "file") in lines[0], stderr
     assert not (tmp_path / "root").exists() and not (tmp_path / "work").exists()
+
+
+def _main_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """storage.checkpoint's main in this process: its status (argparse's SystemExit too) and its stderr;
+    the SIGTERM handler it installs is put back."""
+    import storage.checkpoint.__main__ as command
+
+    handler = signal.getsignal(signal.SIGTERM)
+    capsys.readouterr()
+    try:
+        code = command.main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    return code, capsys.readouterr().err
+
+
+def test_a_bad_argument_exits_2_in_one_line_from_the_command(tmp_path):
+    run = _cli("--benchmark", "nosuch", "--root", str(tmp_path / "root"), "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "nosuch" in _one_line(run) and run.stdout == "", run.stderr
+    assert not (tmp_path / "root").exists()
 
 
 def test_device_gib_without_root_is_refused_before_planning(tmp_path, monkeypatch, capsys):
