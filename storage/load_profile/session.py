@@ -41,6 +41,9 @@ from storage.load_profile.profiler import LoaderSetup, LoadProfiler
 
 PROFILE_FILE = "load_profile.json"
 PLOTS_DIR = "load_profile"
+# set to 0, a run writes the profile and its summary but draws no PNG (~2 CPU-s a run): the test suite
+# does so for the runs whose plots no test looks at; unset or 1, the plots are drawn
+PLOTS_VARIABLE = "MLPERF_LOAD_PROFILE_PLOTS"
 
 
 class ProfileSession(LoopObserver):
@@ -112,13 +115,17 @@ class ProfileSession(LoopObserver):
             phases = phases_line(profile)
             if phases:
                 print(phases, flush=True)
-            from storage.load_profile.plots import write_plots
+            plots = os.environ.get(PLOTS_VARIABLE, "1") != "0"
+            if plots:
+                from storage.load_profile.plots import write_plots
 
-            written = write_plots(profile, self.run_dir / PLOTS_DIR)
+                written = write_plots(profile, self.run_dir / PLOTS_DIR)
         except Exception as error:  # noqa: BLE001
             print(f"[load] load profile not (fully) written: {type(error).__name__}: {error}", flush=True)
             return None
-        print(f"[load] {self.run_dir / PROFILE_FILE}, plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG); "
+        drawn = (f"plots in {self.run_dir / PLOTS_DIR}/ ({len(written)} PNG)" if plots
+                 else f"no plots ({PLOTS_VARIABLE}=0)")
+        print(f"[load] {self.run_dir / PROFILE_FILE}, {drawn}; "
               f"export: python -m storage.dlio export {self.run_dir}", flush=True)
         return profile
 

@@ -36,6 +36,7 @@ from common import registry
 from common.mlperf.compliance import check_log
 from common.run.logs import read_metrics
 from common.tracing import RANK_PID_BASE, read_trace
+from storage.load_profile.session import PLOTS_VARIABLE
 from tests.trainers.suite_checks import check_config_error_exits_2
 from tests.trainers.trace_checks import hta_names, hta_trace, validate_chrome_trace
 from tests.trainers.trainer_process import REPO, run_command, start_command, trainer_command, trainer_env, wait_for_step, worker_pids
@@ -175,7 +176,7 @@ def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(train
     # the uninterrupted run also traces steps 3-4 and logs its train loss into the mllog
     straight = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=2,
                                bindings=trainer.short_run(data_root, tmp_path, "straight") + TRACE_AND_LOSS_BINDINGS)
-    run_command(straight, timeout=600)
+    run_command(straight, timeout=600, env={PLOTS_VARIABLE: "1"})  # _check_load_profile reads its PNGs
 
     killed_dir = tmp_path / trainer.package / "killed"
     killed = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=2,
@@ -316,7 +317,9 @@ def test_the_first_screen_has_no_library_warnings(trainer: TrainerUnderTest, dat
                              "-m", f"{trainer.package}.train", "--gin_config", str(trainer.gin_file),
                              *[arg for b in two for arg in ("--gin_bindings", b)]])]
     for start, cmd in launches:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        # a user's run draws the load profile's plots: the fresh start does too, as theirs would
+        drawn = {PLOTS_VARIABLE: "1" if start == "fresh" else "0"}
+        proc = subprocess.run(cmd, cwd=REPO, env={**env, **drawn}, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (start == "resumed") == ("[resume]" in proc.stdout), proc.stdout[-2000:]
         noise = [line for line in (proc.stdout + proc.stderr).splitlines() if not OUR_LINE.match(line)]
