@@ -16,12 +16,16 @@ $(STAMP): scripts/setup_venv.sh scripts/requirements-extra.txt pyproject.toml
 run: $(STAMP)
 	$(PYTHON) -m recommendation_v4.train --gin_config recommendation_v4/configs/debug.gin
 
+# one pytest session on TEST_WORKERS xdist workers; tests/parallel.py groups what cannot share the machine
+# and sends the longest work out first (hence --no-loadscope-reorder); PYTEST_ARGS adds to the command line
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # everything except tests marked slow
 test-fast: $(STAMP)
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	bash scripts/benchmark.sh

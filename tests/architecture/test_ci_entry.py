@@ -25,4 +25,5 @@ def test_ci_run_exports_ci_true_itself(tmp_path):
         proc = subprocess.run(["bash", str(REPO / ".ci" / "run")], env=env, capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 0, proc.stderr
-        assert "make test CI=true SLURM=1" in proc.stdout, (runner_ci, proc.stdout)
+        assert "make test PYTEST_ARGS=--test-budget-s=20 --durations=30 CI=true SLURM=1" in proc.stdout, (runner_ci, proc.stdout)
+        assert "[ci] make test: " in proc.stderr and " s system CPU" in proc.stderr, proc.stderr  # the suite's times

@@ -1,0 +1,124 @@
+"""The suite's own hooks: tests/parallel.py (groups, longest first, `alone`) and tests/budget.py (the per-test
+time budget), each run on a few tests of their own in a child pytest whose conftest is just those hooks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import parallel
+from tests.trainers.trainer_process import REPO
+
+HOOKS = """\
+from tests.budget import pytest_addoption, pytest_runtest_logreport, pytest_terminal_summary, pytest_sessionfinish
+from tests.budget import pytest_collection_modifyitems as check_budget_marks
+from tests.parallel import pytest_collection_modifyitems as order_and_group
+from tests.parallel import pytest_configure, pytest_runtest_protocol, pytest_unconfigure
+
+
+def pytest_collection_modifyitems(config, items):
+    check_budget_marks(config, items)
+    order_and_group(config, items)
+"""
+INI = """\
+[pytest]
+markers =
+    alone: x
+    over_budget(reason): x
+"""
+
+
+def _child_pytest(folder: Path, tests: str, *args: str) -> subprocess.CompletedProcess:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pytest.ini").write_text(INI)
+    (folder / "conftest.py").write_text(HOOKS)
+    (folder / "test_some.py").write_text(tests)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop(parallel.LOCK_DIR_VARIABLE, None)  # the outer session's, when it runs under xdist
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
+                           str(folder), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_every_file_a_resource_group_names_exists():
+    # a renamed file would silently leave its group and share the machine's one resource with another test
+    for group, paths in parallel.RESOURCE_GROUPS.items():
+        for path in paths:
+            assert (REPO / path).exists(), (group, path)
+            assert parallel.resource_group(path.rstrip("/") + ("/test_x.py" if path.endswith("/") else "")) == group
+
+
+def test_a_test_over_the_budget_fails_the_session_unless_marked_with_its_reason(tmp_path):
+    tests = ("import time, pytest\n"
+             "def test_quick(): pass\n"
+             "def test_slow(): time.sleep(0.4)\n"
+             "@pytest.mark.over_budget(reason='sleeps on purpose')\n"
+             "def test_slow_and_says_why(): time.sleep(0.4)\n")
+    run = _child_pytest(tmp_path / "a", tests, "--test-budget-s=0.3")
+    assert run.returncode == 1 and "3 passed" in run.stdout, run.stdout[-2000:]
+    assert "tests over the 0.3 s budget: 2, unmarked 1" in run.stdout, run.stdout[-2000:]
+    listed = {line.split()[-1]: line.split()[2] for line in run.stdout.splitlines() if "test_some.py::" in line}
+    assert listed == {"test_some.py::test_slow": "UNMARKED", "test_some.py::test_slow_and_says_why": "over_budget"}, \
+        run.stdout[-2000:]
+    assert _child_pytest(tmp_path / "b", tests).returncode == 0  # no budget asked: nothing checked
+    unexplained = _child_pytest(tmp_path / "c", "import pytest\n@pytest.mark.over_budget\ndef test_x(): pass\n",
+                                "--test-budget-s=1")
+    assert unexplained.returncode == 4 and "over_budget needs reason=" in unexplained.stderr, unexplained.stderr
+
+
+def test_under_xdist_an_alone_test_runs_while_the_other_worker_runs_nothing(tmp_path):
+    log = tmp_path / "spans.jsonl"
+    tests = ("import json, os, time, pytest\n"
+             f"LOG = {str(log)!r}\n"
+             "def _span(name):\n"
+             "    start = time.monotonic(); time.sleep(0.3)\n"
+             "    with open(LOG, 'a') as f:\n"
+             "        f.write(json.dumps([name, os.environ['PYTEST_XDIST_WORKER'], start, time.monotonic()]) + '\\n')\n"
+             "@pytest.mark.parametrize('i', range(6))\n"
+             "def test_beside(i): _span(f'beside{i}')\n"
+             "@pytest.mark.alone\n"
+             "@pytest.mark.parametrize('i', range(2))\n"
+             "def test_alone(i): _span(f'alone{i}')\n")
+    run = _child_pytest(tmp_path / "x", tests, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    spans = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len({worker for _, worker, _, _ in spans}) == 2  # both workers ran tests
+    for name, _, start, end in spans:
+        if name.startswith("alone"):
+            overlapping = [other for other, _, s, e in spans if other != name and s < end and e > start]
+            assert overlapping == [], (name, overlapping)
+    assert not list(Path(tmp_path).glob("x/**/gate"))
+
+
+def test_units_go_out_longest_first_and_a_group_stays_together_in_its_order(tmp_path, monkeypatch):
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps({"f.py::a1": 1.0, "f.py::a2": 1.0, "g.py::b": 5.0, "h.py::c": 0.1}))
+    monkeypatch.setattr(parallel, "DURATIONS", durations)
+    monkeypatch.setattr(parallel, "group_of", lambda item: "A" if item.nodeid.startswith("f.py") else None)
+    items = [_Item(n) for n in ("h.py::c", "f.py::a1", "g.py::b", "f.py::a2", "i.py::d")]
+    parallel.pytest_collection_modifyitems(_Config("loadgroup"), items)
+    # g 5 s, the group A 2 s, i.py::d unknown (UNKNOWN_SECONDS), h 0.1 s
+    assert [i.nodeid for i in items] == ["g.py::b", "f.py::a1", "f.py::a2", "i.py::d", "h.py::c"]
+    assert [[m.args for m in i.marks] for i in items] == [[], [("A",)], [("A",)], [], []]
+    unchanged = [_Item(n) for n in ("h.py::c", "g.py::b")]
+    parallel.pytest_collection_modifyitems(_Config("no"), unchanged)  # not under xdist: as collected
+    assert [i.nodeid for i in unchanged] == ["h.py::c", "g.py::b"] and not unchanged[0].marks
+
+
+class _Config:
+    def __init__(self, dist: str) -> None:
+        self.option = type("Option", (), {"dist": dist})()
+
+
+class _Item:
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid, self.marks = nodeid, []
+
+    def iter_markers(self, name):
+        return (m for m in self.marks if m.name == name)
+
+    def add_marker(self, mark):
+        self.marks.append(mark.mark if hasattr(mark, "mark") else mark)
