@@ -26,6 +26,7 @@ from common.config.checks import ConfigError
 from common.data.fidelity import DataPathSetting
 from common.data.index import round_robin_batches
 from common.data.loader import StreamingLoader
+from common.data.preparation_lock import preparing
 from common.distributed.collectives import run_on_rank0, world_size
 from common.distributed.setup import DistInfo
 from common.object_store.location import ObjectPath
@@ -128,8 +129,11 @@ def materialise(config: DataConfig, *, history_length: int, min_history: int) ->
         run_on_rank0(lambda: _check_published(cache, history_length, min_history),
                      shared_errors=(ConfigError, schema.DatasetError))
         return dataset_dir
-    run_on_rank0(lambda: _prepare_local(config, pathlib.Path(dataset_dir), size, history_length, min_history),
-                 shared_errors=(ConfigError, schema.DatasetError))
+    def prepare() -> None:
+        with preparing(dataset_dir, say=lambda line: print(line, flush=True)):
+            _prepare_local(config, pathlib.Path(dataset_dir), size, history_length, min_history)
+
+    run_on_rank0(prepare, shared_errors=(ConfigError, schema.DatasetError))
     return dataset_dir
 
 

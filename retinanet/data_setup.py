@@ -16,6 +16,7 @@ import numpy as np
 
 from common.config.checks import ConfigError
 from common.data.generation import LEARNABLE, STORAGE
+from common.data.preparation_lock import preparing
 from common.distributed.collectives import object_from_rank0, run_on_rank0
 from common.distributed.setup import DistInfo
 from common.object_store.location import ObjectPath, data_location
@@ -69,7 +70,8 @@ def _materialise_on_rank0(config: DataConfig, dataset_dir: Path | ObjectPath) ->
             if not complete:  # written locally, then uploaded with the same bytes
                 generate_then_publish(dataset_dir, ensure)
         else:
-            ensure(dataset_dir)
+            with preparing(dataset_dir, say=lambda line: print(line, flush=True)):
+                ensure(dataset_dir)
     for split in layout.SPLITS:
         annotations = layout.split_paths(dataset_dir, split).annotations_file
         if not annotations.is_file():

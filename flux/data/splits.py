@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from common.data.preparation_lock import preparing
 from common.object_store.location import ObjectPath, data_location
 from common.object_store.publish import generate_then_publish
 from flux.data import layout
@@ -52,7 +53,8 @@ def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool =
             raise ValueError(f"dataset {name!r}: unknown synthetic size {size!r}; known: {sorted(SYNTHETIC_SIZES)}")
         content = layout.synthetic_content(name)
         if not isinstance(dataset_dir, ObjectPath):
-            ensure_synthetic(dataset_dir, size=size, seed=seed, content=content)
+            with preparing(dataset_dir, say=lambda line: print(line, flush=True)):
+                ensure_synthetic(dataset_dir, size=size, seed=seed, content=content)
         elif not (dataset_dir / layout.GENERATOR_INFO_FILE).is_file():
             generate_then_publish(dataset_dir, lambda local: ensure_synthetic(local, size=size, seed=seed, content=content))
     return dataset_dir
