@@ -9,50 +9,26 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from storage.load_profile.session import PLOTS_VARIABLE
-from tests.budget import pytest_addoption, pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401 (hooks)
-from tests.budget import pytest_collection_modifyitems as check_budget_marks
-from tests.budget import pytest_sessionfinish as fail_over_budget
+from tests import suite_hooks
 from tests.environment import unavailable
-from tests.parallel import pytest_collection_modifyitems as order_and_group
-from tests.parallel import pytest_configure, pytest_runtest_protocol, pytest_unconfigure  # noqa: F401 (hooks)
+from tests.suite_hooks import (pytest_addoption, pytest_collection_modifyitems, pytest_configure,  # noqa: F401 (hooks)
+                               pytest_runtest_logreport, pytest_runtest_protocol, pytest_terminal_summary,
+                               pytest_unconfigure)
 from tests.trainers.trainer_process import TORCHRUN_LOGS
 
 # the load profile's PNGs cost ~2 CPU-s a run and most tests read none: the runs the tests start draw
 # them only where a test asks (tests/trainers/test_trainer_lifecycle.py sets it back to 1)
 os.environ.setdefault(PLOTS_VARIABLE, "0")
-SESSION_START = time.time()
-
-
-@pytest.hookimpl(tryfirst=True)  # order_and_group runs before xdist turns the groups into node-id suffixes
-def pytest_collection_modifyitems(config, items):
-    check_budget_marks(config, items)
-    order_and_group(config, items)
 
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TORCHRUN_LOGS, ignore_errors=True)  # what the tests' torchrun launches logged
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the one process, or xdist's controller once its workers ended
-        _remove_multiprocessing_folders()
-    fail_over_budget(session, exitstatus)
-
-
-def _remove_multiprocessing_folders() -> None:
-    """multiprocessing's `pymp-*` folders that the session's processes made: a process that exits removes its
-    own, but the trainers and DataLoader workers the tests SIGKILL (as Slurm does) cannot, and leave them."""
-    for folder in Path(tempfile.gettempdir()).glob("pymp-*"):
-        try:
-            made = folder.lstat()
-        except OSError:
-            continue
-        if folder.is_dir() and not folder.is_symlink() and made.st_uid == os.getuid() and made.st_mtime >= SESSION_START:
-            shutil.rmtree(folder, ignore_errors=True)
+    suite_hooks.pytest_sessionfinish(session, exitstatus)
 
 
 @pytest.fixture

@@ -96,7 +96,8 @@ def _recorded_seconds() -> dict[str, float]:
 
 
 def distributed(config: pytest.Config) -> bool:
-    return getattr(config.option, "dist", "no") == "loadgroup"
+    """`--dist loadgroup`: on xdist's controller as given; a worker's dist is "no" and its loadgroup True."""
+    return getattr(config.option, "dist", "no") == "loadgroup" or bool(getattr(config.option, "loadgroup", False))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

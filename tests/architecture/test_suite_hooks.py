@@ -9,20 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import parallel
+from tests import parallel, suite_hooks
 from tests.trainers.trainer_process import REPO
 
-HOOKS = """\
-from tests.budget import pytest_addoption, pytest_runtest_logreport, pytest_terminal_summary, pytest_sessionfinish
-from tests.budget import pytest_collection_modifyitems as check_budget_marks
-from tests.parallel import pytest_collection_modifyitems as order_and_group
-from tests.parallel import pytest_configure, pytest_runtest_protocol, pytest_unconfigure
-
-
-def pytest_collection_modifyitems(config, items):
-    check_budget_marks(config, items)
-    order_and_group(config, items)
-"""
+HOOKS = "from tests.suite_hooks import (pytest_addoption, pytest_collection_modifyitems, pytest_configure,\n" \
+        "    pytest_runtest_logreport, pytest_runtest_protocol, pytest_sessionfinish, pytest_terminal_summary,\n" \
+        "    pytest_unconfigure)\n"
 INI = """\
 [pytest]
 markers =
@@ -31,16 +23,22 @@ markers =
 """
 
 
-def _child_pytest(folder: Path, tests: str, *args: str) -> subprocess.CompletedProcess:
+def _child_pytest(folder: Path, tests: str, *args: str, more: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pytest.ini").write_text(INI)
     (folder / "conftest.py").write_text(HOOKS)
     (folder / "test_some.py").write_text(tests)
+    for name, text in (more or {}).items():
+        (folder / name).write_text(text)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop(parallel.LOCK_DIR_VARIABLE, None)  # the outer session's, when it runs under xdist
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
                            str(folder), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_child_sessions_import_every_hook_the_suite_has():
+    assert all(name in HOOKS for name in suite_hooks.HOOKS)
 
 
 def test_every_file_a_resource_group_names_exists():
@@ -82,9 +80,23 @@ def test_under_xdist_an_alone_test_runs_while_the_other_worker_runs_nothing(tmp_
              "@pytest.mark.alone\n"
              "@pytest.mark.parametrize('i', range(2))\n"
              "def test_alone(i): _span(f'alone{i}')\n")
-    run = _child_pytest(tmp_path / "x", tests, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
-    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
-    spans = [json.loads(line) for line in log.read_text().splitlines()]
+    # and a file whose tests share a module fixture: one worker runs them all, the fixture made once
+    shared = ("import json, os, time, pytest\n"
+              f"LOG = {str(log)!r}\n"
+              "@pytest.fixture(scope='module')\n"
+              "def made():\n"
+              "    with open(LOG, 'a') as f: f.write(json.dumps(['made', os.environ['PYTEST_XDIST_WORKER'], 0, 0]) + '\\n')\n"
+              "@pytest.mark.parametrize('i', range(4))\n"
+              "def test_shared(made, i):\n"
+              "    time.sleep(0.1)\n"
+              "    with open(LOG, 'a') as f: f.write(json.dumps(['shared', os.environ['PYTEST_XDIST_WORKER'], 0, 0]) + '\\n')\n")
+    run = _child_pytest(tmp_path / "x", tests, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder",
+                        more={"test_shared.py": shared})
+    assert run.returncode == 0 and "12 passed" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r[0] for r in records].count("made") == 1
+    assert len({worker for name, worker, _, _ in records if name in ("made", "shared")}) == 1
+    spans = [r for r in records if r[0].startswith(("alone", "beside"))]
     assert len({worker for _, worker, _, _ in spans}) == 2  # both workers ran tests
     for name, _, start, end in spans:
         if name.startswith("alone"):
@@ -109,8 +121,8 @@ def test_units_go_out_longest_first_and_a_group_stays_together_in_its_order(tmp_
 
 
 class _Config:
-    def __init__(self, dist: str) -> None:
-        self.option = type("Option", (), {"dist": dist})()
+    def __init__(self, dist: str) -> None:  # as an xdist worker sees its options
+        self.option = type("Option", (), {"dist": "no", "loadgroup": dist == "loadgroup"})()
 
 
 class _Item:

@@ -118,7 +118,7 @@ def test_sigterm_to_the_process_group_saves_and_exits_0(trainer: TrainerUnderTes
     run_dir = tmp_path / trainer.package / "term"
     cmd = trainer_command(package=trainer.package, gin_file=trainer.gin_file, nproc=1,
                           bindings=trainer.short_run(data_roots[trainer.package], tmp_path, "term"))
-    proc = start_command(cmd, log_path=tmp_path / "term.log")
+    proc = start_command(cmd, log_path=tmp_path / "term.log", env={PLOTS_VARIABLE: "1"})  # its PNGs are read
     wait_for_step(run_dir, 3, proc)
     assert len(worker_pids(proc.pid)) >= 1  # the loader worker is in the group and gets the signal too
     os.killpg(proc.pid, signal.SIGTERM)

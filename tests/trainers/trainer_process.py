@@ -47,10 +47,11 @@ def run_command(cmd: list[str], *, timeout: int, expect_returncode: int = 0, env
     return proc
 
 
-def start_command(cmd: list[str], *, log_path: pathlib.Path) -> subprocess.Popen:
+def start_command(cmd: list[str], *, log_path: pathlib.Path, env: dict | None = None) -> subprocess.Popen:
     """Starts the trainer in its own session, its output in `log_path`."""
     log = open(log_path, "w")
-    return subprocess.Popen(cmd, cwd=REPO, env=trainer_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=REPO, env=trainer_env(env), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def wait_for_step(run_dir: pathlib.Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> int:
