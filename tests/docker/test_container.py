@@ -82,6 +82,8 @@ def _local_run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.over_budget(
+    reason="builds the CPU container image (debootstrap, the pinned stack) and runs run_and_time.sh in it")
 def test_dlrm_run_and_time_in_the_image_prints_its_result(image, tmp_path):
     proc = _local_run("--rm", *_run_args(tmp_path, run_name="timed", bindings=["common.RunConfig.max_steps = 40"],
                                          checkpoint=False), image, "recommendation_v4/run_and_time.sh")
@@ -102,6 +104,7 @@ def _steps_trained(run_dir: Path) -> int:
         return 0
 
 
+@pytest.mark.over_budget(reason="two container runs: one stopped as a cluster stops it, one resuming")
 def test_a_stopped_container_saves_and_a_new_one_resumes_from_checkpoints(image, tmp_path):
     name = f"mlperf-preempt-{uuid.uuid4().hex[:8]}"
     bindings = ["common.RunConfig.max_steps = 120", "common.CheckpointPolicy.every_n_steps = 25"]

@@ -44,6 +44,7 @@ def _run(*, nproc: int, data_root: pathlib.Path, out: pathlib.Path, name: str, p
 
 @pytest.mark.parametrize(("parallelism", "dp_replicate"), [("fsdp", 1), ("fsdp", 2), ("ddp", 1)],
                          ids=["fsdp", "hsdp-2x1", "ddp"])
+@pytest.mark.over_budget(reason="a 1-rank and a 2-rank FLUX.1 run (gloo) whose losses it compares")
 def test_two_processes_match_one(parallelism, dp_replicate, flux_data_root, tmp_path):
     one = read_metrics(_run(nproc=1, data_root=flux_data_root, out=tmp_path, name="one", parallelism=parallelism) / "metrics.jsonl")
     two = read_metrics(_run(nproc=2, data_root=flux_data_root, out=tmp_path, name="two", parallelism=parallelism,

@@ -10,7 +10,8 @@ import pytest
 from common.run.logs import read_metrics
 from tests.trainers.trainer_process import REPO, run_command, trainer_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.over_budget(
+    reason="FLUX.1 trainer runs (two epochs; a reference-config run and its resume) whose evaluations it reads")]
 
 
 def test_two_epochs_in_order_and_the_validation_loss_falls(flux_data_root, tmp_path):

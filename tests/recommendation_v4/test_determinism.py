@@ -58,6 +58,8 @@ STEPS = 10
 
 
 @pytest.mark.slow
+@pytest.mark.over_budget(
+    reason="two DLRM-HSTU runs at the default thread count whose losses it compares bit for bit")
 def test_two_runs_at_the_default_threads_train_the_same_losses(tiny_data_root, tmp_path):
     """Two runs of the same config and seed, each at torch's default intra-op threads on this machine
     (one per core; the trainer tests otherwise run at OMP_NUM_THREADS=1), at least 2: every step's

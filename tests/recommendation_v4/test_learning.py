@@ -20,6 +20,8 @@ pytestmark = pytest.mark.slow
 STEPS = 300
 
 
+@pytest.mark.over_budget(
+    reason="300 training steps: the fewest that beat the popularity baseline's AUC on the tiny data")
 def test_three_hundred_steps_beat_chance_and_the_popularity_baseline(tmp_path):
     name = layout.synthetic_dataset_name("small", 0)
     ensure_synthetic(tmp_path / "data" / name, size="small", seed=0)

@@ -12,6 +12,7 @@ from tests.retinanet.trainer_runs import eval_records, run_trainer, tiny_binding
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
+@pytest.mark.over_budget(reason="a 2-rank RetinaNet run (gloo) with its evaluation")
 def test_two_process_run_splits_batches_and_gathers_the_evaluation(tiny_data_root, tmp_path) -> None:
     bindings = tiny_bindings(data_root=tiny_data_root, output_root=tmp_path, run_name="ddp", epochs=2) + [
         "common.RunConfig.log_sample_ids = True",

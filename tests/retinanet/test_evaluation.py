@@ -204,6 +204,7 @@ def test_bad_input_is_rejected(two_class_labels: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.over_budget(reason="2 gloo ranks started with torchrun")
 def test_two_ranks_gather_detections_and_agree(tiny_dataset_dir: Path, tmp_path: Path) -> None:
     reports = torchrun_reports(HERE / "evaluation_worker.py", str(tiny_dataset_dir), out_dir=tmp_path)
     for report in reports:

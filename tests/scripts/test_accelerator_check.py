@@ -22,6 +22,8 @@ bundle = load_script("accelerator_bundle")
 
 
 @pytest.mark.slow
+@pytest.mark.over_budget(
+    reason="the accelerator check's CPU path: kernel tests, op benchmarks, an autotune, 3 trainers' benchmarks")
 def test_the_cpu_path_runs_every_step_it_can_and_says_what_it_skipped(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "accelerator_check.sh"), "--cpu", "--out", str(out)],

@@ -16,6 +16,7 @@ generation_bench = load_script("generation_bench")
 
 @pytest.mark.parametrize("content", CONTENT_KINDS)
 @pytest.mark.parametrize("benchmark", generation_bench.BENCHMARKS)
+@pytest.mark.over_budget(reason="runs each generator's benchmark at a measurable size")
 def test_each_generator_is_measured_with_where_its_time_goes(benchmark, content, tmp_path):
     result = generation_bench.measure_ours(benchmark, content=content, target_bytes=3_000_000, scratch=tmp_path)
     assert result["files"] >= 1 and result["mb"] > 1 and result["mb_per_s"] > 0 and result["mb_per_cpu_s"] > 0

@@ -25,7 +25,8 @@ from tests.retinanet.trainer_under_test import RETINANET
 from tests.slurm.cluster import TRAIN_SBATCH, checkpoints, mllog_keys, sample_log, trained_steps
 from tests.trainers.trainer_suite import TrainerUnderTest
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.over_budget(
+    reason="2-node Slurm jobs on the local cluster: trainings, a preemption notice and requeue, a time limit")]
 
 TWO_NODES = ("--nodes=2", "--ntasks-per-node=1")
 DLRM_STEPS = 32  # of the tiny data's 342 at 32 samples a step

@@ -25,7 +25,8 @@ from tests.environment import unavailable
 from tests.slurm.cluster import CLUSTER_SCRIPT, free_port
 from tests.trainers.trainer_process import REPO, trainer_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.over_budget(
+    reason="sweeps over two emulated hosts sharing a link-limited sshfs export, under MPI and Slurm")]
 
 BATCH, SECONDS_PER_STEP, STEPS, THRESHOLD = 16, 0.4, 16, 0.85
 LIMIT_MB_S = 6.0  # 2 accelerators ask ~4.8 MB/s of it (AU 1.0), 4 ask ~9.6 (AU ~0.63): both far from the bar

@@ -361,6 +361,7 @@ def _flux_sweep(data_root: Path, out: Path, *extra: str, timeout: int) -> subpro
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.over_budget(reason="a sweep of emulated FLUX.1 runs at 1 and 2 accelerators")
 def test_a_flux_sweep_to_two_accelerators(flux_data_root, tmp_path):
     out = tmp_path / "sweep"
     proc = _flux_sweep(flux_data_root, out, timeout=300)
@@ -379,6 +380,7 @@ def test_a_flux_sweep_to_two_accelerators(flux_data_root, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.over_budget(reason="a sweep of emulated FLUX.1 runs with a DLIO replay at each count")
 def test_a_flux_sweep_with_dlio_replays_each_count_cold(dlio_env, flux_data_root, tmp_path):
     out = tmp_path / "sweep"
     _flux_sweep(flux_data_root, out, "--dlio", timeout=420)

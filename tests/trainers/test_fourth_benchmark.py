@@ -28,7 +28,8 @@ from tests.trainers.suite_checks import check_config_error_exits_2, check_two_em
 from tests.trainers.trainer_entry import COMMON_BAD_BINDINGS, TrainerUnderTest
 from tests.trainers.trainer_process import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.over_budget(
+    reason="a fourth benchmark installed as a package, then its emulated run and the storage tools on it")]
 
 SOURCE = pathlib.Path(__file__).with_name("fourth_benchmark") / "regression"
 PACKAGE = "regression"

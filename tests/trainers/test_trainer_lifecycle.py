@@ -171,6 +171,8 @@ def test_a_full_checkpoint_disk_exits_5_in_one_line(trainer: TrainerUnderTest, d
 
 
 @pytest.mark.multiprocess
+@pytest.mark.over_budget(
+    reason="three 2-rank runs: straight, killed in the warm-up, resumed; compared bit for bit")
 def test_sigkill_inside_the_warmup_then_resume_is_bit_identical_on_2_ranks(trainer: TrainerUnderTest, data_roots, tmp_path):
     data_root = data_roots[trainer.package]
     # the uninterrupted run also traces steps 3-4 and logs its train loss into the mllog
@@ -303,6 +305,7 @@ def _ruleset(trainer: TrainerUnderTest) -> str:
 OUR_LINE = re.compile(r"^\[[a-z_]+\] ")
 
 
+@pytest.mark.over_budget(reason="three launches (fresh, resumed, 2 ranks) whose every line it reads")
 def test_the_first_screen_has_no_library_warnings(trainer: TrainerUnderTest, data_roots, tmp_path):
     """What a new user reads before the first training line, on a fresh start, on a resume and with 2 ranks
     through the project's launcher: our own lines only."""

@@ -6,6 +6,9 @@ import pytest
 
 from tests.trainers.trainer_process import torchrun_reports
 
+pytestmark = pytest.mark.over_budget(
+    reason="its module fixture runs the 2-rank gloo save/restore scenarios once; the first test pays for them")
+
 HERE = Path(__file__).parent
 
 

@@ -36,6 +36,8 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("package", list(GENERATORS))
+@pytest.mark.over_budget(
+    reason="generates a dataset with 1 and 2 workers and in 2 shards (command line each) to compare bytes")
 def test_workers_and_shards_do_not_change_the_bytes(package: str, tmp_path: Path) -> None:
     one = _generate(package, tmp_path / "one")
     assert one.returncode == 0, one.stderr[-3000:]
@@ -52,6 +54,8 @@ def test_workers_and_shards_do_not_change_the_bytes(package: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("package", list(GENERATORS))
+@pytest.mark.over_budget(
+    reason="generates each dataset four ways (split, workers, learnable and storage content) to compare their bytes")
 def test_the_storage_content_is_the_same_bytes_for_any_split_and_not_the_learnable_ones(package: str,
                                                                                       tmp_path: Path) -> None:
     one = _generate(package, tmp_path / "one", "--content", "storage")
@@ -74,6 +78,7 @@ def test_the_storage_content_is_the_same_bytes_for_any_split_and_not_the_learnab
 
 
 @pytest.mark.parametrize("package", list(GENERATORS))
+@pytest.mark.over_budget(reason="starts each generator's command line once per flag set")
 def test_the_same_flags_everywhere(package: str, tmp_path: Path) -> None:
     helped = subprocess.run([sys.executable, "-m", f"{package}.data.synthetic", "--help"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
@@ -89,6 +94,7 @@ def test_the_same_flags_everywhere(package: str, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--shard I/N needs 0 <= I < N" in bad.stderr
 
 
+@pytest.mark.over_budget(reason="a generator process killed mid-way, then relaunched to completion")
 def test_a_generation_killed_mid_way_and_relaunched_completes(tmp_path: Path) -> None:
     """RetinaNet's JPEGs: hundreds of files, so the kill lands between and inside them."""
     flags = ["--size", "tiny", "--num-train", "300", "--num-validation", "8", "--no-progress"]

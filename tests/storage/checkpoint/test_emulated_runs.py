@@ -68,6 +68,7 @@ def _loadable(checkpoint: Path) -> None:
     read_dcp_metadata(checkpoint)
 
 
+@pytest.mark.over_budget(reason="plans and runs a 4-rank emulated save and restore")
 def test_a_host_of_the_second_node_saves_its_ranks_and_restores_what_they_hold(flux_plan, tmp_path):
     run = _cli("--benchmark", "flux", "--world-size", "4", "--ranks", "2-3", "--saves", "2", "--restores", "1",
                "--plan", str(flux_plan), "--root", str(tmp_path / "root"), "--out", str(tmp_path / "out"))
@@ -88,6 +89,7 @@ def test_a_host_of_the_second_node_saves_its_ranks_and_restores_what_they_hold(f
     assert "[checkpoint] error" not in run.stderr
 
 
+@pytest.mark.over_budget(reason="emulated saves at the planned size, one killed mid-way, then checked")
 def test_a_save_killed_midway_leaves_no_checkpoint_that_looks_complete(retinanet_plan, tmp_path):
     root = tmp_path / "root"
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "retinanet", "--world-size",
@@ -275,6 +277,7 @@ def test_checkpoints_larger_than_the_disk_are_refused_before_anything_is_written
     assert not root.exists()  # not made, not marked
 
 
+@pytest.mark.over_budget(reason="saves onto a loop device until it is full")
 def test_a_disk_that_fills_up_during_the_saves_ends_them_with_status_5_in_one_line(flux_plan, disk, tmp_path):
     root = disk / "c"
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
@@ -302,6 +305,7 @@ def test_a_disk_that_fills_up_during_the_saves_ends_them_with_status_5_in_one_li
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout == b""
 
 
+@pytest.mark.over_budget(reason="makes a throttled loop device, saves on it and stops the ranks")
 def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(flux_plan, tmp_path):
     work = tmp_path / "work"
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",

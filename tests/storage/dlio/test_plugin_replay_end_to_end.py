@@ -17,7 +17,8 @@ from storage.dlio.replays import replay
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.workload_profiles import BENCHMARKS, STEPS, workload_profile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.over_budget(
+    reason="a measured trainer run, then its replay through the DLIO plugin")]
 RANKS = {"retinanet": 2, "flux": 1, "recommendation_v4": 1}  # one run under mpiexec, as a multi-GPU profile
 
 

@@ -30,6 +30,7 @@ def _emulate(data_root, out, name: str, *, evict: bool) -> dict:
     return {"report": read_report(run_dir), "profile": json.loads((run_dir / "load_profile.json").read_text())}
 
 
+@pytest.mark.over_budget(reason="reads a file cold and warm on a loop device at a throttled rate")
 def test_cold_reads_reach_the_device_and_warm_reads_do_not(tmp_path):
     reason = throttle_unavailable_reason()
     if reason:
