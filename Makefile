@@ -23,9 +23,9 @@ PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP)
 	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
-# everything except tests marked slow
+# the inner loop: everything except the tests marked slow or over the time budget (docs/testing.md)
 test-fast: $(STAMP)
-	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not over_budget" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	bash scripts/benchmark.sh

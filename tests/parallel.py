@@ -10,6 +10,7 @@
   the collection order under `--no-loadscope-reorder`), by the seconds each test took in a measured run
   (tests/durations.json, written by scripts/suite_durations.py from a run's junit XML); a test not in it
   counts UNKNOWN_SECONDS. Longest first keeps a long group from starting last and running alone.
+- Threads: the workers and what they start run one OpenMP thread a process unless a test sets otherwise.
 - Alone: a test marked `alone` measures a rate or a time that the other worker's load would change: it runs
   while the other worker runs no test. Every test holds a file lock, shared or (marked `alone`) exclusive;
   a gate taken before it keeps a stream of shared holders from starving an exclusive one.
@@ -118,8 +119,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     global _lock_dir_made
-    if distributed(config) and not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(LOCK_DIR_VARIABLE):
-        # the controller: its workers inherit the variable
+    if not distributed(config) or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    # the controller, before it starts the workers, which inherit both variables (and so does every process
+    # they start that does not set its own): one OpenMP thread a process, so that two workers' torch do not
+    # oversubscribe two cores with spinning threads (the trainer launches already run at 1; a test that
+    # means torch's default sets it itself, as test_determinism.py does)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not os.environ.get(LOCK_DIR_VARIABLE):
         _lock_dir_made = os.environ[LOCK_DIR_VARIABLE] = tempfile.mkdtemp(prefix="mlperf-tests-lock-")
 
 
