@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/suite_durations.py junit.xml [--out tests/durations.json] [--min-seconds 0.5]
 
-Writes {node id: seconds} for the tests that took at least --min-seconds (setup, call and teardown, as
+Writes {node id: seconds} for the tests that passed and took at least --min-seconds (setup, call and teardown, as
 junit sums them; the rest count tests/parallel.py's UNKNOWN_SECONDS), sorted by node id so that a new
 record diffs line by line, and prints the totals and the 20 slowest. Refresh it when tests are added or
 their time changes much: a stale record only makes the order worse, never a test wrong.
@@ -23,7 +23,7 @@ def node_id(case: ET.Element) -> str:
     """junit's classname is the module path with dots (`tests.storage.test_sweep`) plus any class;
     the file is the module path that exists."""
     parts = case.get("classname", "").split(".")
-    name = case.get("name", "")
+    name = case.get("name", "").split("@", 1)[0]  # xdist's loadgroup appends @<group> to a grouped test's id
     for cut in range(len(parts), 0, -1):
         path = Path(*parts[:cut]).with_suffix(".py")
         if (REPO / path).is_file():
@@ -34,6 +34,8 @@ def node_id(case: ET.Element) -> str:
 def read(junit: Path) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            continue  # a failed test's time (a hang, a timeout) says nothing about how long it takes
         key = node_id(case)
         seconds[key] = seconds.get(key, 0.0) + float(case.get("time", 0) or 0)
     return seconds

@@ -84,7 +84,14 @@ def _shares_a_fixture(item: pytest.Item) -> bool:
     return any(d.scope in ("module", "class", "package") for defs in info.name2fixturedefs.values() for d in defs)
 
 
+ALONE = "alone"
+
+
 def group_of(item: pytest.Item) -> str | None:
+    """The alone tests are one unit, sent out last: an exclusive turn waits for the other worker's running
+    test to end, which at the end of the session is short; their resources are theirs while they run."""
+    if item.get_closest_marker("alone") is not None:
+        return ALONE
     path = _relative(item)
     return resource_group(path) or (path if _shares_a_fixture(item) else None)
 
@@ -113,7 +120,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         units.setdefault(group or item.nodeid, []).append(item)
     cost = {key: sum(seconds.get(i.nodeid, UNKNOWN_SECONDS) for i in members) for key, members in units.items()}
     # sorted() is stable: within a unit, and between units of equal cost, the collection order stays
-    ordered = sorted(units, key=lambda key: -cost[key])
+    ordered = sorted(units, key=lambda key: (key == ALONE, -cost[key]))
     items[:] = [item for key in ordered for item in units[key]]
 
 

@@ -109,12 +109,13 @@ def test_units_go_out_longest_first_and_a_group_stays_together_in_its_order(tmp_
     durations = tmp_path / "durations.json"
     durations.write_text(json.dumps({"f.py::a1": 1.0, "f.py::a2": 1.0, "g.py::b": 5.0, "h.py::c": 0.1}))
     monkeypatch.setattr(parallel, "DURATIONS", durations)
-    monkeypatch.setattr(parallel, "group_of", lambda item: "A" if item.nodeid.startswith("f.py") else None)
-    items = [_Item(n) for n in ("h.py::c", "f.py::a1", "g.py::b", "f.py::a2", "i.py::d")]
+    groups = {"f.py": "A", "z.py": parallel.ALONE}
+    monkeypatch.setattr(parallel, "group_of", lambda item: groups.get(item.nodeid.split("::")[0]))
+    items = [_Item(n) for n in ("z.py::e", "h.py::c", "f.py::a1", "g.py::b", "f.py::a2", "i.py::d")]
     parallel.pytest_collection_modifyitems(_Config("loadgroup"), items)
-    # g 5 s, the group A 2 s, i.py::d unknown (UNKNOWN_SECONDS), h 0.1 s
-    assert [i.nodeid for i in items] == ["g.py::b", "f.py::a1", "f.py::a2", "i.py::d", "h.py::c"]
-    assert [[m.args for m in i.marks] for i in items] == [[], [("A",)], [("A",)], [], []]
+    # g 5 s, the group A 2 s, i.py::d unknown (UNKNOWN_SECONDS), h 0.1 s; the alone unit last whatever it costs
+    assert [i.nodeid for i in items] == ["g.py::b", "f.py::a1", "f.py::a2", "i.py::d", "h.py::c", "z.py::e"]
+    assert [[m.args for m in i.marks] for i in items] == [[], [("A",)], [("A",)], [], [], [(parallel.ALONE,)]]
     unchanged = [_Item(n) for n in ("h.py::c", "g.py::b")]
     parallel.pytest_collection_modifyitems(_Config("no"), unchanged)  # not under xdist: as collected
     assert [i.nodeid for i in unchanged] == ["h.py::c", "g.py::b"] and not unchanged[0].marks

@@ -24,7 +24,9 @@ from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO, trainer_env
 from tests.trainers.trainer_suite import TRAINERS
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.over_budget(
+# alone: its AU at 4 accelerators is the loaders' CPU as much as the device's rate; beside another test the
+# 4-accelerator point starved on CPU (2 passed where the device allowed 4) in a parallel run
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.alone, pytest.mark.over_budget(
     reason="a sweep of emulated runs on a read-limited loop device up to its knee")]
 
 FLUX = next(t for t in TRAINERS if t.package == "flux")
