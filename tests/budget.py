@@ -3,10 +3,10 @@
 A test over the budget fails the session unless it is marked `over_budget(reason=...)`, the reason saying
 why it must take that long (a container build, two 2-rank trainer runs it compares, a Slurm time limit);
 the session's closing lines list every test over the budget, marked or not, with its seconds. Without
-the option nothing is checked. .ci/run asks for 20 s (the issue that set it: 20 s on the 2-core machine,
-with the other xdist worker running beside).
+the option nothing is checked. .ci/run asks for 20 s (issue 56: 20 s on the 2-core machine); the tests
+marked are those over 10 s in a parallel run, where each takes ~1.4x its time alone.
 
-Hooks for tests/conftest.py; they run in the process that reports (xdist's controller, or the one process).
+Hooks for tests/suite_hooks.py; they run in the process that reports (xdist's controller, or the one process).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 _seconds: dict[str, float] = {}
-_marked: dict[str, str] = {}
+_marked: set[str] = set()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,7 +37,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     key = _base(report.nodeid)
     _seconds[key] = _seconds.get(key, 0.0) + float(report.duration or 0.0)
     if report.when == "call" and "over_budget" in report.keywords:
-        _marked[key] = "marked"
+        _marked.add(key)
 
 
 def _over(config: pytest.Config) -> tuple[float | None, list[tuple[str, float]]]:

@@ -1,5 +1,6 @@
 """How the suite shares the machine's cores: one pytest session, two pytest-xdist workers, `--dist loadgroup`
-(the Makefile's `make test`). Hooks for tests/conftest.py; nothing here changes what a test asserts.
+(`TEST_WORKERS=2 make test`; docs/testing.md). Hooks for tests/suite_hooks.py; nothing here changes what a
+test asserts, and in a session without xdist they do nothing.
 
 - Groups (`xdist_group`): the tests of a file in RESOURCE_GROUPS use a resource the machine has once (the
   limit on `lo`, the client-memory cgroups' parent, the loop devices, the local Slurm cluster, the container
