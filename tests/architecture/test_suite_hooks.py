@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests import parallel, suite_hooks
@@ -23,14 +24,16 @@ markers =
 """
 
 
-def _child_pytest(folder: Path, tests: str, *args: str, more: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _child_pytest(folder: Path, tests: str, *args: str, more: dict[str, str] | None = None,
+                  env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pytest.ini").write_text(INI)
     (folder / "conftest.py").write_text(HOOKS)
     (folder / "test_some.py").write_text(tests)
     for name, text in (more or {}).items():
         (folder / name).write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    env = {name: value for name, value in env.items() if value is not None}  # None: not set in the child
     env.pop(parallel.LOCK_DIR_VARIABLE, None)  # the outer session's, when it runs under xdist
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
@@ -135,3 +138,37 @@ class _Item:
 
     def add_marker(self, mark):
         self.marks.append(mark.mark if hasattr(mark, "mark") else mark)
+
+
+PYMP_TESTS = """\
+import os, socket, tempfile, time
+from pathlib import Path
+LIVE = socket.socket(socket.AF_UNIX)  # bound until the session's process exits, as a live listener is
+def test_leave_folders():
+    tmp = Path(tempfile.gettempdir())
+    (tmp / "pymp-dead").mkdir()
+    socket.socket(socket.AF_UNIX).bind(str(tmp / "pymp-dead" / "listener-1"))  # closed: its process is gone
+    (tmp / "pymp-live").mkdir()
+    LIVE.bind(str(tmp / "pymp-live" / "listener-2"))
+    (tmp / "pymp-files").mkdir()
+    (tmp / "pymp-files" / "data").write_text("x")
+"""
+
+
+def test_the_first_session_alone_removes_the_pymp_folders_left_by_dead_processes(tmp_path):
+    for top in (True, False):  # the suite's first process; a child session of a test, or an xdist worker
+        folder = tmp_path / ("top" if top else "child")
+        tmp = folder / "tmp"
+        tmp.mkdir(parents=True)
+        (tmp / "pymp-older").mkdir()
+        os.utime(tmp / "pymp-older", (time.time() - 3600, time.time() - 3600))  # from before the session
+        # unset: the child is the suite's first process; "1": another process is
+        env = {"TMPDIR": str(tmp), suite_hooks.TOP_SESSION_VARIABLE: None if top else "1"}
+        run = _child_pytest(folder, PYMP_TESTS, env=env)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        left = sorted(p.name for p in tmp.glob("pymp-*"))
+        if top:
+            assert left == ["pymp-files", "pymp-live", "pymp-older"], left
+        else:
+            assert left == ["pymp-dead", "pymp-files", "pymp-live", "pymp-older"], left
+
