@@ -16,11 +16,10 @@ $(STAMP): scripts/setup_venv.sh scripts/requirements-extra.txt pyproject.toml
 run: $(STAMP)
 	$(PYTHON) -m recommendation_v4.train --gin_config recommendation_v4/configs/debug.gin
 
-# one pytest session; TEST_WORKERS=2 runs it on two xdist workers (tests/parallel.py groups what cannot share
-# the machine and sends the longest work out first, hence --no-loadscope-reorder). One worker, in-process, is
-# the default until a DataLoader hang seen once in a parallel run is understood (docs/testing.md).
+# one pytest session on TEST_WORKERS xdist workers (tests/parallel.py groups what cannot share the machine and
+# sends the longest work out first, hence --no-loadscope-reorder); TEST_WORKERS=1 runs it in one process.
 # PYTEST_ARGS adds to the command line.
-TEST_WORKERS ?= 1
+TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
 test: $(STAMP)
 	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
