@@ -36,8 +36,10 @@ def _child_pytest(folder: Path, tests: str, *args: str, more: dict[str, str] | N
     env = {name: value for name, value in env.items() if value is not None}  # None: not set in the child
     env.pop(parallel.LOCK_DIR_VARIABLE, None)  # the outer session's, when it runs under xdist
     env.pop("PYTEST_XDIST_WORKER", None)
+    # its temporary folders under the test's own, which goes when the test passes
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
-                           str(folder), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+                           "--basetemp", str(folder / "basetemp"), str(folder), *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_the_child_sessions_import_every_hook_the_suite_has():
