@@ -17,12 +17,14 @@ from retinanet.data import layout
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset
 from retinanet.data.file_read import PIL_BLOCK, _NotedFile, read_as_pil, read_whole
 
-PROC_IO = Path("/proc/self/io")
+# this thread's counts: under xdist the worker's own I/O thread reads the controller's messages meanwhile
+# (58 bytes once, in a parallel run), and /proc/self/io counts every thread of the process
+PROC_IO = Path("/proc/thread-self/io")
 SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 342_538)
 
 
-def _bytes_read_by_this_process() -> int:
-    """rchar: the bytes this process's read() calls returned (Linux); any re-read of a block counts again."""
+def _bytes_read_by_this_thread() -> int:
+    """rchar: the bytes this thread's read() calls returned (Linux); any re-read of a block counts again."""
     for line in PROC_IO.read_text().splitlines():
         if line.startswith("rchar:"):
             return int(line.split()[1])
@@ -82,11 +84,11 @@ def test_a_batch_reads_each_file_once_and_notes_each_call(tiny_dataset_dir: Path
     paths = [dataset.images_dir / dataset.records[int(i)].file_name for i in indices]
     sizes = [os.path.getsize(path) for path in paths]
     assert any(size % 4096 for size in sizes)  # a partial last block, which the former path read three times
-    first = _bytes_read_by_this_process()
-    before = _bytes_read_by_this_process()
-    looking = before - first  # what reading /proc/self/io itself returns
+    first = _bytes_read_by_this_thread()
+    before = _bytes_read_by_this_thread()
+    looking = before - first  # what reading /proc/thread-self/io itself returns
     dataset.get_batch(indices)
-    extra = _bytes_read_by_this_process() - before - looking - sum(sizes)
+    extra = _bytes_read_by_this_thread() - before - looking - sum(sizes)
     assert 0 <= extra <= 2  # /proc's text may grow by a digit; the former path read thousands of bytes more
     # the load profile notes each call that returned data, front to back
     calls = {"pil": lambda p: _pil_calls(os.path.getsize(p), os.stat(p).st_blksize), "whole": lambda p: [(0, 1)]}
