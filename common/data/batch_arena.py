@@ -154,6 +154,15 @@ class _Arena:
 _arenas = threading.local()
 
 
+def forget_this_thread() -> None:
+    """Drops this thread's arena and size hint: a forked loader worker starts as a fresh thread.
+
+    Without it a worker would inherit whatever the trainer's forking thread last built, and its
+    first batch would land in a slab or not depending on what the trainer did before it forked.
+    """
+    _arenas.__dict__.clear()
+
+
 def _arena() -> _Arena:
     arena = getattr(_arenas, "arena", None)
     shared = get_worker_info() is not None

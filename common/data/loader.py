@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import numpy as np
 import torch
 
-from common.data.batch_arena import SlabRegistry, batch_slab, private_torch_apis
+from common.data.batch_arena import SlabRegistry, batch_slab, forget_this_thread, private_torch_apis
 from common.data.reads import BatchReads, recording, with_files_of
 
 
@@ -184,6 +184,7 @@ def _die_with_the_trainer() -> None:
 def _start_worker(worker_id: int) -> None:
     _ignore_preemption_signals(worker_id)
     _die_with_the_trainer()
+    forget_this_thread()
 
 
 def _ignore_preemption_signals(worker_id: int) -> None:

@@ -36,7 +36,11 @@ GLOO_THREAD_PREFIXES = ("pt_gloo_", "gloo_")
 
 
 def gloo_threads_alive() -> bool:
-    """Whether a thread of a gloo process group still runs in this process (True where /proc cannot say)."""
+    """Whether a thread of a gloo process group still runs in this process (True where /proc cannot say).
+
+    Known by name, which each thread gives itself when it first runs: in the first moments after
+    a group is made its threads may not be named yet (a rank ends long after that).
+    """
     try:
         names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
     except OSError:

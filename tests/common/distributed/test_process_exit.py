@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 # a child that ends through exit_rank; argv: what main does, whether a gloo group is left alive, a marker folder
 _CHILD = r"""
-import atexit, sys
+import atexit, sys, time
 from pathlib import Path
 from common.distributed.process_exit import exit_rank, gloo_threads_alive
 
@@ -35,6 +35,11 @@ def main():
     if keep_group:
         import torch.distributed as dist
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        # a gloo thread is named (pt_gloo_runloop) by itself once it first runs: on a busy machine
+        # that can be after this line, and the case is a rank whose threads are up
+        deadline = time.monotonic() + 60
+        while not gloo_threads_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
         HELD.append(dist.distributed_c10d._get_default_group())  # held past destroy, as TorchRec's fused optimizer does
         dist.destroy_process_group()
     print("threads", gloo_threads_alive(), end="")  # no newline: left in the buffer
