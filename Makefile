@@ -16,11 +16,10 @@ $(STAMP): scripts/setup_venv.sh scripts/requirements-extra.txt pyproject.toml
 run: $(STAMP)
 	$(PYTHON) -m recommendation_v4.train --gin_config recommendation_v4/configs/debug.gin
 
-# one pytest session; TEST_WORKERS=2 runs it on two xdist workers (tests/parallel.py groups what cannot share
-# the machine and sends the longest work out first, hence --no-loadscope-reorder): 1,475 s against ~2,576 s,
-# but two tests still fail beside load now and then (docs/testing.md), so one process stays the default.
-# PYTEST_ARGS adds to the command line.
-TEST_WORKERS ?= 1
+# one pytest session on two xdist workers (tests/parallel.py groups what cannot share the machine and sends
+# the longest work out first, hence --no-loadscope-reorder): ~1,500 s against ~2,576 s in one process
+# (docs/measurements.md). TEST_WORKERS=1 runs it in one process. PYTEST_ARGS adds to the command line.
+TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
 test: $(STAMP)
 	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)

@@ -1,5 +1,5 @@
 """How the suite shares the machine's cores: one pytest session, two pytest-xdist workers, `--dist loadgroup`
-(`TEST_WORKERS=2 make test`; docs/testing.md). Hooks for tests/suite_hooks.py; nothing here changes what a
+(`make test`, two workers unless TEST_WORKERS says otherwise; docs/testing.md). Hooks for tests/suite_hooks.py; nothing here changes what a
 test asserts, and in a session without xdist they do nothing.
 
 - Groups (`xdist_group`): the tests of a file in RESOURCE_GROUPS use a resource the machine has once (the
