@@ -95,25 +95,35 @@ def plot_read_sizes(ax, profile: dict[str, Any]) -> None:
 
 
 def plot_throughput(ax, profile: dict[str, Any]) -> None:
+    """samples/s above, MB/s below, on one step axis. At a fixed record size the two curves have the
+    same shape, so on twin axes one line hid the other exactly: each gets its own half of the panel."""
     series = profile["series"]
     steps = _step_axis(profile)
     world = profile["world_size"]
     walls = np.asarray(series["wall_s"])
     rate = np.divide(np.asarray(series["samples"]) / world, walls, out=np.zeros_like(walls), where=walls > 0)
     rate *= world  # every rank trains at the lockstep rate: the run's rate is this rank's times the ranks
-    per_sample = profile["totals"]["bytes_per_sample"]
-    ax.plot(steps, rate, color="#4c72b0", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("samples/s (all ranks)", color="#4c72b0")
-    ax.set_ylim(0, max(np.percentile(rate, 99) * 1.3, 1e-9) if rate.size else 1)
-    twin = ax.twinx()
-    low, high = np.asarray(ax.get_ylim()) * per_sample / 1e6
-    if high > low:  # nothing read (or no rate): the MB/s axis has no scale to show
-        twin.set_ylim(low, high)
-    twin.set_ylabel("MB/s read (1 MB = 1e6 B)", color="#c44e52")
+    mb_s = rate * profile["totals"]["bytes_per_sample"] / 1e6
+    samples_ax, bytes_ax = _stacked(ax)
+    for axis, values, color, label in ((samples_ax, rate, "#4c72b0", "samples/s (all ranks)"),
+                                       (bytes_ax, mb_s, "#c44e52", "MB/s read (1 MB = 1e6 B)")):
+        axis.plot(steps, values, color=color, lw=1)
+        axis.set_ylabel(label, color=color, fontsize=8)
+        axis.set_ylim(0, max(np.percentile(values, 99) * 1.3, 1e-9) if values.size else 1)
+    samples_ax.tick_params(labelbottom=False)
+    bytes_ax.set_xlabel("step")
     t = profile["totals"]
-    ax.set_title(f"throughput: {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s "
-                 f"({world} rank{'s' if world > 1 else ''}, batch {profile['batch_size']}/rank)", fontsize=9)
+    samples_ax.set_title(f"throughput: {t['samples_per_s']:,.1f} samples/s, {t['mb_per_s']:,.2f} MB/s "
+                         f"({world} rank{'s' if world > 1 else ''}, batch {profile['batch_size']}/rank)", fontsize=9)
+
+
+def _stacked(ax) -> tuple[Any, Any]:
+    """Two axes, one above the other with a shared x axis, in the place of `ax` (which is removed)."""
+    grid = ax.get_subplotspec().subgridspec(2, 1, hspace=0.05)
+    fig = ax.figure
+    ax.remove()
+    top = fig.add_subplot(grid[0])
+    return top, fig.add_subplot(grid[1], sharex=top)
 
 
 PANELS = {
