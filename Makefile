@@ -6,7 +6,18 @@ VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.stack-installed
 
-.PHONY: run test test-fast bench replay venv clean-venv
+.PHONY: help run test test-fast bench replay venv clean-venv
+.DEFAULT_GOAL := help
+
+# `make` alone: the targets, one line each, with how long each takes on the 2-core development machine
+help:
+	@echo "make run          DLRM-HSTU on generated Yambda-schema data, CPU, small: builds .venv/ and the data first (~7 min fresh)"
+	@echo "make test         the test suite on two workers, as CI runs it (~27 min; TEST_WORKERS=1: one process, ~45 min)"
+	@echo "make test-fast    the suite without the slow and over-budget tests (~3 min)"
+	@echo "make bench        every benchmark's loader and training throughput (docs/datasets.md)"
+	@echo "make replay RUN=<run dir>   a run's measured load replayed with DLIO 2.0.0 (builds .venv-dlio/ on first use)"
+	@echo "make venv         only the pinned Python stack in .venv/ (~2 min); make clean-venv removes it"
+	@echo "Docs: README.md, docs/README.md; the tests: docs/testing.md"
 
 venv: $(STAMP)
 
