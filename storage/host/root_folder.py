@@ -45,6 +45,40 @@ def check_folder(path: Path) -> None:
                                f"{path.name}; choose a folder under one that root alone may write")
 
 
+def check_no_links(path: Path) -> None:
+    """UnsafeFolder when `path`, or a folder on the way to it, is a symbolic link (a missing tail is fine).
+
+    A link resolved once and then used by root sends root wherever the link's owner points it next:
+    a mount point under /tmp that links to /etc mounts over /etc.
+    """
+    path = Path(os.path.abspath(path))
+    for part in (*reversed(path.parents), path):
+        try:
+            info = os.lstat(part)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            where = "is" if part == path else f"passes through {part}, which is"
+            raise UnsafeFolder(f"{path} {where} a symbolic link (to {os.readlink(part)}): give the real path, "
+                               "in folders root alone may write")
+
+
+def check_path_to_make(path: Path) -> None:
+    """UnsafeFolder unless `path` is a trusted folder (check_folder) or, where it is still missing, the
+    nearest folder above it that exists is root's and no one else may replace what root makes in it."""
+    path = Path(os.path.abspath(path))
+    check_no_links(path)
+    if os.path.lexists(path):
+        check_folder(path)
+        return
+    existing = next(parent for parent in path.parents if os.path.lexists(parent))
+    for folder in (existing, *existing.parents):
+        why = _why_not(folder, os.lstat(folder), sticky_ok=True)
+        if why:
+            raise UnsafeFolder(f"{path}: the folder above it, {folder}, {why}, so another user could plant "
+                               f"{path.name} there first; choose a folder under one that root alone may write")
+
+
 def trusted_folder(path: Path) -> Path:
     """`path` made (mode 0700, its missing parents 0755) or found, and checked (check_folder)."""
     path = Path(os.path.abspath(path))

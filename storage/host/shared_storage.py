@@ -46,7 +46,7 @@ from storage.host import loopback_limit
 from storage.host.commands import run_checked
 from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
 from storage.host.latency_relay import LatencyRelay, LatencyRelayError, check_delay, set_delay
-from storage.host.root_folder import UnsafeFolder, check_file, check_folder, trusted_folder
+from storage.host.root_folder import UnsafeFolder, check_file, check_folder, check_no_links, check_path_to_make, trusted_folder
 from storage.host.sshd_server import ADDRESS, SshdServer, SshdServerError
 
 STATE_FILE = "shared_storage.json"
@@ -165,6 +165,14 @@ class SharedStorage:
         """The settings, before anything needs root: SharedStorageError naming the flag."""
         if not self.export.is_dir():
             raise SharedStorageError(f"--export {self.export}: no such folder")
+        # root serves the export and mounts it at --mount inside every host, where the sweep's root ranks
+        # run: neither may be a link, or a folder another user could change (root_folder)
+        for flag, path, check in (("--export", self.export, check_folder), ("--mount", self.mount, check_path_to_make)):
+            try:
+                check_no_links(path)
+                check(path)
+            except UnsafeFolder as error:
+                raise SharedStorageError(f"{flag} {error}") from None
         if self.read_mb_s is not None and not self.read_mb_s > 0:
             raise SharedStorageError(f"--read-mb-s must be > 0, got {self.read_mb_s}")
         if self.latency_ms is None and self.jitter_ms:
@@ -192,6 +200,11 @@ class SharedStorage:
         if left is not None:  # what a killed `up` or test left in this folder goes first
             left.down()
         self.mount.mkdir(parents=True, exist_ok=True)
+        try:  # what was missing at the check is root's now, unless someone planted it meanwhile
+            check_no_links(self.mount)
+            check_folder(self.mount)
+        except UnsafeFolder as error:
+            raise SharedStorageError(f"--mount {error}") from None
         self._save()
         try:
             try:
@@ -336,9 +349,11 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the server, the link limit, the hosts and their mounts")
     up.add_argument("--work", type=Path, required=True, help="the folder of its state, sshd's log and the hosts' namespaces (root's alone, and every "
                          "folder above it; made 0700 when missing)")
-    up.add_argument("--export", type=Path, required=True, help="the folder served (the dataset's storage)")
+    up.add_argument("--export", type=Path, required=True, help="the folder served (the dataset's storage; root's, "
+                    "no link on the way, no folder another user may write)")
     up.add_argument("--hosts", required=True, help="the emulated client hosts, comma-separated (e.g. n1,n2)")
-    up.add_argument("--mount", type=Path, required=True, help="where every host mounts the export")
+    up.add_argument("--mount", type=Path, required=True, help="where every host mounts the export (as --export; "
+                    "made when missing)")
     up.add_argument("--read-mb-s", type=float, default=None, help="the link's limit from the storage, MB/s")
     up.add_argument("--latency-ms", type=float, default=None,
                     help="the round trip the link adds to every request-response (ms; 0 too: a relay per host whose "
@@ -357,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.action == "up":
-            storage = SharedStorage(work=Path(os.path.abspath(args.work)), export=args.export.resolve(),
-                                    hosts=tuple(h for h in args.hosts.split(",") if h), mount=args.mount.resolve(),
+            # not resolved: a link is refused (check), not followed
+            storage = SharedStorage(work=Path(os.path.abspath(args.work)), export=Path(os.path.abspath(args.export)),
+                                    hosts=tuple(h for h in args.hosts.split(",") if h),
+                                    mount=Path(os.path.abspath(args.mount)),
                                     read_mb_s=args.read_mb_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms).up()
             print(json.dumps(storage.record(), indent=2))
             return 0

@@ -183,6 +183,52 @@ def test_a_work_folder_another_user_owns_or_can_write_is_refused_and_nothing_it_
     assert victim.poll() is None
 
 
+def _sticky_tmp(tmp_path: Path) -> Path:
+    """A folder like /tmp: everyone may write, the sticky bit keeps their entries their own."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    return shared
+
+
+def test_a_mount_or_export_that_is_a_link_or_another_users_is_refused_in_one_line_before_anything_is_made(
+        tmp_path, capsys):
+    export = tmp_path / "export"
+    export.mkdir()
+    shared = _sticky_tmp(tmp_path)
+    target = tmp_path / "etc"  # what the link's owner would have root mount over
+    target.mkdir()
+    link = shared / "mnt"
+    link.symlink_to(target)
+    os.lchown(link, 65534, 65534)  # planted by nobody
+    theirs = shared / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    open_export = tmp_path / "open"
+    open_export.mkdir()
+    open_export.chmod(0o777)
+    via_link = tmp_path / "via"
+    via_link.symlink_to(tmp_path)
+    cases = [
+        (["--export", str(export), "--mount", str(link)], f"--mount {link} is a symbolic link (to {target})"),
+        (["--export", str(export), "--mount", str(link / "deeper")], f"passes through {link}, which is a symbolic link"),
+        (["--export", str(export), "--mount", str(theirs / "m")], f"the folder above it, {theirs}, is owned by uid 65534"),
+        (["--export", str(export), "--mount", str(theirs)], f"--mount {theirs} is owned by uid 65534"),
+        (["--export", str(via_link / "export"), "--mount", str(tmp_path / "m")],
+         f"--export {via_link / 'export'} passes through {via_link}, which is a symbolic link"),
+        (["--export", str(open_export), "--mount", str(tmp_path / "m")], f"--export {open_export} is writable by others"),
+    ]
+    for flags, said in cases:
+        status = main(["up", "--work", str(tmp_path / "work"), "--hosts", "n1", *flags])
+        err = capsys.readouterr().err
+        assert status == 2 and said in err and err.count("\n") == 1, (flags, err)
+    # refused before anything was made or mounted: no state, no mount point, the link's target untouched
+    assert not (tmp_path / "work").exists() and not (tmp_path / "m").exists() and not (theirs / "m").exists()
+    assert list(target.iterdir()) == [] and link.is_symlink()
+    # a missing --mount under a sticky folder is made by root, and is then root's alone
+    SharedStorage(work=tmp_path / "w", export=export, hosts=("n1",), mount=shared / "new").check()
+
+
 def test_planted_keys_and_state_in_a_root_folder_are_neither_used_nor_obeyed(tmp_path, victim):
     export = _export_or_unavailable(tmp_path)
     work = tmp_path / "work"
