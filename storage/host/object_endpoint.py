@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
+from storage.host.root_folder import UnsafeFolder, check_folder, check_path_to_make
 
 ADDRESS = "127.0.0.1"
 LIMITERS = ("tc", "rclone")
@@ -83,9 +85,13 @@ class ObjectEndpoint:
                 check_delay(latency_ms, jitter_ms)
             except LatencyRelayError as error:
                 raise ObjectEndpointError(str(error)) from None
+        if read_mb_s is not None and not read_mb_s > 0:
+            raise ObjectEndpointError(f"--read-mb-s must be > 0, got {read_mb_s}")
+        if port is not None and not 0 < port < 65536:
+            raise ObjectEndpointError(f"--port must be 1-65535, got {port}")
         self.latency_ms, self.jitter_ms = latency_ms, jitter_ms
         self.relay: LatencyRelay | None = None
-        self.root = Path(root).resolve()
+        self.root = Path(os.path.abspath(root))  # not resolved: as root, a link is refused (check_root), not followed
         self.limit_with = limit_with
         self._limited = False
         self.address = address
@@ -115,8 +121,21 @@ class ObjectEndpoint:
             env[RELAYS_VARIABLE] = str(self.relay.control)
         return env
 
+    def check_root(self) -> None:
+        """As root: --root and the folder beside it, where the logs and the relay's control files go, hold
+        no link and nothing another user could change (root_folder); ObjectEndpointError naming --root."""
+        if os.geteuid() != 0:
+            return  # a user's files, written with that user's rights
+        try:
+            check_path_to_make(self.root)
+            check_folder(self.root.parent)
+        except UnsafeFolder as error:
+            raise ObjectEndpointError(f"--root {error}") from None
+
     def start(self) -> "ObjectEndpoint":
+        self.check_root()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.check_root()  # what was missing is root's now, unless someone planted it meanwhile
         command = [rclone_binary(), "serve", "s3", str(self.root), "--addr", f"{self.address}:{self.port}",
                    "--config", "/dev/null", "--log-level", "NOTICE"]
         if self.read_mb_s and self.limit_with == "rclone":
@@ -203,6 +222,26 @@ class ObjectEndpoint:
         self.stop()
 
 
+def _open_env_file(path: Path) -> int:
+    """The env file for writing (0600), emptied only once it is known to be one file of this user's own:
+    never through a link (O_NOFOLLOW), never one with a second name (another user's hard link would read
+    the secret), never another user's (they could read it whatever its mode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ObjectEndpointError("not a regular file")
+        if info.st_uid != os.geteuid() or info.st_nlink != 1:
+            raise ObjectEndpointError(f"owned by uid {info.st_uid} with {info.st_nlink} name(s): the secret must go "
+                                      "to a file of this user's own, and nowhere else")
+        os.fchmod(fd, 0o600)  # also when the file was there before, with other rights
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m storage.host.object_endpoint", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -222,16 +261,22 @@ def main(argv: list[str] | None = None) -> int:
     stopping: list[int] = []  # handlers first: a SIGTERM right after the first line still stops it cleanly
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stopping.append(1))
+    try:  # every flag checked before anything is written (a bad one once emptied an existing env file)
+        endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s, limit_with=args.limit_with,
+                                  latency_ms=args.latency_ms, jitter_ms=args.jitter_ms)
+        endpoint.check_root()
+    except ObjectEndpointError as error:
+        print(f"[object_endpoint] error: {error}", file=sys.stderr, flush=True)
+        return 2
     try:  # opened before anything starts: a file that cannot be written leaves nothing running
-        fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # also when the file was there before, with other rights
-    except OSError as error:
-        print(f"[object_endpoint] error: --env-file {args.env_file}: {error.strerror}", file=sys.stderr, flush=True)
+        fd = _open_env_file(args.env_file)
+    except (OSError, ObjectEndpointError) as error:
+        why = error.strerror if isinstance(error, OSError) else error
+        print(f"[object_endpoint] error: --env-file {args.env_file}: {why}", file=sys.stderr, flush=True)
         return 2
     with os.fdopen(fd, "w") as out:
         try:
-            endpoint = ObjectEndpoint(args.root, port=args.port, read_mb_s=args.read_mb_s, limit_with=args.limit_with,
-                                      latency_ms=args.latency_ms, jitter_ms=args.jitter_ms).start()
+            endpoint.start()
         except ObjectEndpointError as error:
             print(f"[object_endpoint] {error}", file=sys.stderr, flush=True)
             return 2

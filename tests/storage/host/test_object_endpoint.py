@@ -140,3 +140,69 @@ def test_a_relay_adds_the_latency_to_every_request_and_takes_a_new_one(tmp_path,
         ObjectEndpoint(tmp_path / "a", jitter_ms=1.0)
     with pytest.raises(ObjectEndpointError, match="--latency-ms must be a number >= 0"):
         ObjectEndpoint(tmp_path / "a", latency_ms=-1.0)
+
+
+# --- as root: nothing written through a link, nothing before every flag is checked -------------------------
+
+
+def _refused(tmp_path, root, env_file, *extra: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root", str(root),
+                           "--env-file", str(env_file), *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc.stderr
+
+
+def test_a_bad_flag_is_refused_before_the_env_file_is_touched(tmp_path):
+    env_file = tmp_path / "env"
+    env_file.write_text("export KEPT=1\n")
+    for flags, said in ((["--latency-ms", "-1"], "--latency-ms must be a number >= 0"),
+                        (["--jitter-ms", "2"], "--jitter-ms needs --latency-ms"),
+                        (["--read-mb-s", "0"], "--read-mb-s must be > 0"),
+                        (["--port", "70000"], "--port must be 1-65535")):
+        assert said in _refused(tmp_path, tmp_path / "root", env_file, *flags)
+    assert env_file.read_text() == "export KEPT=1\n" and not (tmp_path / "root").exists()
+
+
+def test_the_env_file_is_never_written_through_a_link_or_a_second_name(tmp_path):
+    if os.geteuid() != 0:
+        unavailable("the files root writes: needs root")
+    (tmp_path / "a").mkdir()
+    target = tmp_path / "target"
+    target.write_text("theirs\n")
+    link = tmp_path / "env-link"
+    link.symlink_to(target)
+    assert "Too many levels of symbolic links" in _refused(tmp_path, tmp_path / "a", link)
+    hard = tmp_path / "env-hard"
+    os.link(target, hard)
+    assert "with 2 name(s)" in _refused(tmp_path, tmp_path / "a", hard)
+    theirs = tmp_path / "env-theirs"
+    theirs.write_text("theirs\n")
+    os.chown(theirs, 65534, 65534)
+    assert "owned by uid 65534" in _refused(tmp_path, tmp_path / "a", theirs)
+    assert target.read_text() == "theirs\n" and theirs.read_text() == "theirs\n"
+    assert subprocess.run(["pgrep", "-f", f"serve s3 {tmp_path / 'a'}"], capture_output=True).stdout == b""
+
+
+def test_as_root_a_root_folder_that_is_a_link_or_beside_files_others_may_change_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        unavailable("the files root writes: needs root")
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = shared / "s3"
+    link.symlink_to(elsewhere)
+    os.lchown(link, 65534, 65534)
+    said = _refused(tmp_path, link, tmp_path / "env", "--latency-ms", "0")
+    assert f"--root {link} is a symbolic link" in said
+    # the logs and the relay's control files go beside --root: /tmp itself is a folder others write in
+    said = _refused(tmp_path, shared / "root", tmp_path / "env", "--latency-ms", "0")
+    assert f"--root {shared} is writable by others" in said
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    assert "is owned by uid 65534" in _refused(tmp_path, theirs / "root", tmp_path / "env")
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in shared.iterdir()) == ["s3"]
+    assert not (tmp_path / "env").exists() and not (theirs / "root").exists()
