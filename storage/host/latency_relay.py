@@ -28,9 +28,12 @@ paths that already cross a TCP connection: an emulated host's sshfs connection t
   its owner) and with its owner (`--owner PID:START`, common.processes.identity: the shared storage's
   relays live as long as its sshd); SIGTERM ends it at once; killed (SIGKILL) it leaves nothing, the
   kernel closing its sockets. `stop()` signals it only while its pid is still the relay it started.
-- **Changing the delay while it runs**: `set()` writes the control file (JSON {"latency_ms",
+- **Changing the delay while it runs**: `set()` writes the control file (JSON {"format", "latency_ms",
   "jitter_ms"}) and waits until the relay has applied it (it checks the file every CONTROL_POLL_S and
-  writes `<control>.applied`); chunks read after that get the new hold.
+  writes `<control>.applied`); chunks read after that get the new hold. The relay makes the control file
+  with its mark (CONTROL_FORMAT), and `set_delay` writes only a regular file that carries it: a name
+  handed over in MLPERF_LATENCY_RELAYS cannot have root write JSON over any other file. No file here is
+  written through a link (the staging copy is made with O_EXCL | O_NOFOLLOW, then renamed over the name).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import random
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -317,9 +321,46 @@ def _staging(path: Path, pid: int) -> Path:
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """`value` at `path`, whole or not at all, written through no link (what is at `path` is replaced)."""
     staging = _staging(path, os.getpid())
-    staging.write_text(json.dumps(value) + "\n")
-    staging.replace(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(staging, flags, 0o644)
+    except FileExistsError:  # left by a killed writer of the same pid, or planted: the name goes, not its target
+        staging.unlink()
+        fd = os.open(staging, flags, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(value) + "\n")
+    os.replace(staging, path)
+
+
+CONTROL_FORMAT = "mlperf-latency-relay-control"
+
+
+def check_control(control: Path) -> None:
+    """LatencyRelayError unless `control` is a relay's control file: a regular file, not a link, that
+    carries the mark the relay wrote into it (CONTROL_FORMAT). What `set_delay` writes over."""
+    try:
+        fd = os.open(control, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise LatencyRelayError(f"the relay control file {control} does not exist (is the storage still up?)") from None
+    except OSError as error:
+        raise LatencyRelayError(f"{control} is not a relay's control file ({error.strerror}): not written") from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise LatencyRelayError(f"{control} is not a relay's control file (not a regular file): not written")
+        head = file.read(4096)
+    try:
+        mark = json.loads(head).get("format")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        mark = None
+    if mark != CONTROL_FORMAT:
+        raise LatencyRelayError(f"{control} is not a relay's control file (it has no {CONTROL_FORMAT} mark): "
+                                "not written")
+
+
+def _control_record(latency_ms: float, jitter_ms: float) -> dict[str, Any]:
+    return {"format": CONTROL_FORMAT, "latency_ms": latency_ms, "jitter_ms": jitter_ms}
 
 
 def _on_time() -> str:
@@ -363,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --listen {args.listen}: {error.strerror}", file=sys.stderr)
         return 2
     if args.control is not None:
-        _write_json(args.control, {"latency_ms": args.latency_ms, "jitter_ms": args.jitter_ms})
+        _write_json(args.control, _control_record(args.latency_ms, args.jitter_ms))
     threading.Thread(target=_watch, args=(relay, args.control, args.owner), daemon=True).start()
     host, port = relay.address
     print(f"listening {host}:{port}", flush=True)
@@ -537,9 +578,11 @@ class LatencyRelay:
 
 def set_delay(control: Path, latency_ms: float, jitter_ms: float = 0.0, *, running: Any = None,
               timeout_s: float = APPLY_S) -> None:
-    """Writes a relay's control file and waits until the relay has applied it (LatencyRelayError if not)."""
+    """Writes a relay's control file (only one it marked: check_control) and waits until the relay has
+    applied it (LatencyRelayError if not)."""
     check_delay(latency_ms, jitter_ms)
-    _write_json(control, {"latency_ms": latency_ms, "jitter_ms": jitter_ms})
+    check_control(control)
+    _write_json(control, _control_record(latency_ms, jitter_ms))
     stamp = control.stat().st_mtime_ns
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

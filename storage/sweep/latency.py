@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_delay, set_delay
+from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
 from storage.sweep.plot import bar
 from storage.sweep.rules import SweepError
 
@@ -52,9 +52,11 @@ def relay_controls(emulated_hosts: Path | None, environ: Mapping[str, str] = os.
         if storage is not None:
             controls += storage.relay_controls()
     controls += [Path(p) for p in environ.get(RELAYS_VARIABLE, "").split(os.pathsep) if p]
-    missing = [str(p) for p in controls if not p.is_file()]
-    if missing:
-        raise SweepError(f"--latency-ms: the relay control file {missing[0]} does not exist (is the storage still up?)")
+    for control in controls:  # only a file a relay made and marked is ever written (check_control)
+        try:
+            check_control(control)
+        except LatencyRelayError as error:
+            raise SweepError(f"--latency-ms: {error}") from None
     if not controls:
         raise SweepError("--latency-ms: the storage has no latency relay: bring it up with --latency-ms 0 "
                          "(storage.host.shared_storage up, with --emulated-hosts here; or storage.host.object_endpoint "

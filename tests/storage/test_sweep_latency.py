@@ -35,6 +35,25 @@ def test_bad_latencies_and_a_storage_without_a_relay_are_one_line(tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+def test_a_file_named_as_a_relay_that_no_relay_made_is_refused_and_left_as_it_was(tmp_path, capsys, monkeypatch):
+    scratch = tmp_path / "scratch.json"
+    scratch.write_text('{"latency_ms": 1, "jitter_ms": 0}\n')  # JSON, but not a relay's: it has no mark
+    marked = tmp_path / "relay.json"
+    marked.write_text('{"format": "mlperf-latency-relay-control", "latency_ms": 0, "jitter_ms": 0}\n')
+    link = tmp_path / "link.json"
+    link.symlink_to(marked)
+    for named, said in ((scratch, "it has no mlperf-latency-relay-control mark"), (link, "symbolic links"),
+                        (tmp_path / "gone.json", "does not exist (is the storage still up?)")):
+        monkeypatch.setenv("MLPERF_LATENCY_RELAYS", str(named))
+        code = main(["--benchmark", "flux", "--accelerator", "b200", "--gin_config", str(_gin(tmp_path)), "--out",
+                     str(tmp_path / "out"), "--latency-ms", "3"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--latency-ms: {named}" in err.replace("the relay control file ", "") and said in err, err
+        assert err.count("\n") == 1, err
+    assert scratch.read_text() == '{"latency_ms": 1, "jitter_ms": 0}\n' and not (tmp_path / "out").exists()
+    assert marked.read_text().endswith('"latency_ms": 0, "jitter_ms": 0}\n')
+
+
 def test_each_latency_is_set_on_the_relay_before_its_counts_and_the_answers_go_in_one_table(tmp_path, monkeypatch):
     listener = socket.create_server(("127.0.0.1", 0))  # the relay's target: never reached here
     control = tmp_path / "relay.json"

@@ -7,6 +7,7 @@ relay is in that class too (what a network would be)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -208,3 +209,26 @@ def test_bad_settings_are_one_line_naming_the_flag(tmp_path):
     with pytest.raises(LatencyRelayError, match="--latency-ms must be a number >= 0"):
         set_delay(tmp_path / "c.json", -2.0)
     assert not (tmp_path / "c.json").exists()
+
+
+def test_only_a_control_file_the_relay_marked_is_written_and_never_through_a_link(tmp_path):
+    from storage.host.latency_relay import CONTROL_FORMAT, _staging, _write_json
+
+    listener = socket.create_server(("127.0.0.1", 0))  # the relay's target: never reached here
+    control = tmp_path / "relay.json"
+    with LatencyRelay(target=listener.getsockname()[:2], control=control) as relay:
+        assert json.loads(control.read_text())["format"] == CONTROL_FORMAT  # made and marked by the relay
+        relay.set(3.0)
+        assert json.loads(control.read_text()) == {"format": CONTROL_FORMAT, "latency_ms": 3.0, "jitter_ms": 0.0}
+    listener.close()
+    scratch = tmp_path / "scratch.txt"
+    scratch.write_text("a user's file\n")
+    with pytest.raises(LatencyRelayError, match="no mlperf-latency-relay-control mark"):
+        set_delay(scratch, 1.0, timeout_s=0.1)
+    assert scratch.read_text() == "a user's file\n"
+    # a staging name planted as a link to the scratch file: the link goes, the file it names stays
+    target = tmp_path / "out.json"
+    _staging(target, os.getpid()).symlink_to(scratch)
+    _write_json(target, {"x": 1})
+    assert json.loads(target.read_text()) == {"x": 1} and scratch.read_text() == "a user's file\n"
+    assert not _staging(target, os.getpid()).exists()
