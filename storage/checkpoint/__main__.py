@@ -39,12 +39,11 @@ from storage.checkpoint.fit import RootRefused, Shortfall, look, peak, ranks_tex
 from storage.checkpoint.plan import CheckpointPlan
 from storage.checkpoint.rank_main import HOST_RESULT, SAVE_FAILED, parse_ranks
 from storage.checkpoint.report import GB, lines, summarize
+from storage.checkpoint.root_claim import claim, foreign_contents
 from storage import compute_times
 from storage.host.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
 
 MIB = 1 << 20
-# in --root, once this command has written there: the checkpoints beside it are its own to prune
-ROOT_MARKER = ".mlperf-storage-checkpoint"
 ERROR = "[checkpoint] error: "
 
 
@@ -117,10 +116,8 @@ def _root_refusal(root: Path) -> str | None:
         look(root)
     except RootRefused as error:
         return f"--root {error}"
-    if root.is_dir() and not (root / ROOT_MARKER).is_file() and any(root.iterdir()):
-        return (f"--root {root} holds files this command did not write there (it would prune and overwrite "
-                "checkpoints in it, a trainer's too): give an empty or new folder")
-    return None
+    foreign = foreign_contents(root)
+    return None if foreign is None else f"--root {foreign}"
 
 
 def _folder_refusal(flag: str, folder: Path, *, make: bool) -> str | None:
@@ -140,8 +137,7 @@ def _folder_refusal(flag: str, folder: Path, *, make: bool) -> str | None:
 
 def _claim_root(root: Path) -> None:
     """--root made, and marked as this command's (every host of a shared --root writes the same marker)."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / ROOT_MARKER).write_text(json.dumps({"written_by": "python -m storage.checkpoint"}) + "\n")
+    claim(root, "python -m storage.checkpoint")
 
 
 class _NoPlan(Exception):

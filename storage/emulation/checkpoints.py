@@ -5,8 +5,9 @@ size, synchronously, at the interval, and the stall it costs counts in the accel
 The plan is made once, by rank 0, in a process of its own (storage.checkpoint.planning), into the
 run directory; the ranks of each host are the local ranks the launcher started there. Before the first
 step every rank looks at the file system under the root (storage.checkpoint.fit): saves that cannot
-fit there, a root that is a file or read-only, are a config error naming the bindings to change
-(exit 2). A save that fails all the same (the disk filled meanwhile, a quota, a mount turned
+fit there, a root that is a file or read-only, or one holding files that emulated saves did not write
+(a trainer's checkpoints, which they would prune: storage.checkpoint.root_claim), are a config error
+naming the bindings to change (exit 2). A save that fails all the same (the disk filled meanwhile, a quota, a mount turned
 read-only) is a CheckpointWriteError on every rank once its partial save is removed (exit 5).
 """
 
@@ -25,6 +26,7 @@ from common.run.events import Save
 from storage.checkpoint.emulated import EmulatedRank, rank_file_bytes
 from storage.checkpoint.fit import RootRefused, look, shortfall
 from storage.checkpoint.plan import CheckpointPlan
+from storage.checkpoint.root_claim import claim, foreign_contents
 from storage.checkpoint.tiled_buffer import TiledBuffer
 from storage.load_profile.block_device import disk_counters, find_block_device
 
@@ -54,7 +56,7 @@ def check_fit(plan: CheckpointPlan, root: Path, *, info: DistInfo, keep_last_n: 
     file systems under `root` (storage.checkpoint.fit counts the ranks that write on each)."""
     first = info.rank - info.local_rank
     try:
-        view, refused = look(root), None
+        view, refused = look(root), foreign_contents(root)
     except RootRefused as error:
         view, refused = None, str(error)
     reports = gather_objects((info.rank, tuple(range(first, first + info.local_world_size)), view, refused))
@@ -89,7 +91,7 @@ class RunCheckpoints:
         check_fit(self.plan, root, info=info, keep_last_n=keep_last_n, saves=saves, seed=seed)  # before the root is made
         first = info.rank - info.local_rank
         self.buffer = TiledBuffer(seed=info.rank)
-        root.mkdir(parents=True, exist_ok=True)
+        claim(root, "storage.Emulation")  # every rank has checked it (check_fit gathers from all): now it is ours
         device, _ = find_block_device(root)
         self.rank = EmulatedRank(self.plan, rank=info.rank, local_ranks=range(first, first + info.local_world_size),
                                  root=root, keep_last_n=keep_last_n, buffer=self.buffer, seed=seed,

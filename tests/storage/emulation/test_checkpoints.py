@@ -20,6 +20,7 @@ import pytest
 from common.checkpoint.files import read_json
 from common.checkpoint.manager import MARKER_FILE, CheckpointManager
 from storage.checkpoint.plan import CheckpointPlan
+from storage.checkpoint.root_claim import MARKER
 from storage.emulation.report import read_report
 from tests.storage.checkpoint.full_disks import kept_full, remount_read_only, tmpfs
 from tests.trainers.suite_checks import emulation_bindings
@@ -58,6 +59,7 @@ def test_saves_every_n_steps_cost_au_and_leave_the_planned_checkpoint(tmp_path):
         sizes = read_json(checkpoint / MARKER_FILE)["files"]
         assert [sizes[f"__{rank}_0.distcp"] for rank in range(2)] == plan.file_bytes
     assert not (run_dir / "ckpt").exists() or not any((run_dir / "ckpt").iterdir())  # the trainer's own: none
+    assert (run_dir / "emulated_checkpoints" / MARKER).is_file()  # the root is theirs to prune from now on
 
 
 def test_a_benchmark_without_an_emulated_checkpoint_refuses_the_binding():
@@ -133,6 +135,23 @@ def test_a_read_only_root_is_refused_before_the_first_step(flux_data, disk, tmp_
     assert proc.stderr.strip().splitlines() == [
         f'config error: storage.Emulation.checkpoint_root = "{disk / "ckpt"}": the emulated checkpoints cannot be saved '
         f"there: {disk / 'ckpt'}: {disk} is on a read-only file system"], proc.stderr
+    _no_step_trained(tmp_path / "runs" / "flux" / "emulated")
+
+
+def test_a_root_holding_checkpoints_emulated_saves_did_not_write_is_refused_and_left_as_it_was(flux_data, tmp_path):
+    root = tmp_path / "trainer_ckpt"  # a trainer's real checkpoints, which keep_last_n would prune
+    (root / "step_000000004").mkdir(parents=True)
+    (root / "step_000000004" / "__0_0.distcp").write_bytes(b"weights")
+    cmd = _command(flux_data, tmp_path / "runs", nproc=1, steps=4, bindings=[
+        "storage.Emulation.checkpoint_every_steps = 2", 'storage.Emulation.checkpoint_flavor = "flux-tiny"',
+        "storage.Emulation.checkpoint_keep_last_n = 1", f'storage.Emulation.checkpoint_root = "{root}"'])
+    proc = run_command(cmd, timeout=300, expect_returncode=2)
+    assert proc.stderr.strip().splitlines() == [
+        f'config error: storage.Emulation.checkpoint_root = "{root}": the emulated checkpoints cannot be saved there: '
+        f"{root} holds files that emulated checkpoints did not write there (they would prune and overwrite "
+        "checkpoints in it, a trainer's too): give an empty or new folder"], proc.stderr
+    assert [p.name for p in root.rglob("*")] == ["step_000000004", "__0_0.distcp"]
+    assert (root / "step_000000004" / "__0_0.distcp").read_bytes() == b"weights"
     _no_step_trained(tmp_path / "runs" / "flux" / "emulated")
 
 
