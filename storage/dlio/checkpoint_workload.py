@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +34,9 @@ from typing import Any, Sequence
 import torch
 import yaml
 
+from common.processes.session import Session
 from storage.checkpoint.plan import CheckpointPlan, rank_of_file
+from storage.dlio.replay_cli import Stopped
 from storage.load_profile.block_device import disk_counters, find_block_device
 
 MLPERF_DIR, DLIO_2_DIR = "mlperf_storage", "dlio-2.0.0"
@@ -174,8 +177,18 @@ def run_dlio_2(workload_path: Path, *, python: Path, ranks: int, work: Path, wra
     before = disk_counters(device) if device else None
     started = time.monotonic()
     with log.open("w") as sink:
-        code = subprocess.run(wrap(command), stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=env,
-                              timeout=timeout_s).returncode
+        # a session of its own, as the sweep's replays: a timeout, Ctrl-C or a stop signal turned into an
+        # exception (main) ends every MPI rank it started; its guard does when this process is SIGKILLed
+        session = Session(wrap(command), stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=env)
+        try:
+            code = session.wait(timeout_s)
+        except BaseException:
+            session.end()
+            raise
+    if code is None:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise CheckpointWorkloadError(f"DLIO 2.0.0 ran past {timeout_s:g} s and was ended, every rank: "
+                                      + " | ".join(tail))
     if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
         raise CheckpointWorkloadError(f"DLIO 2.0.0 failed (exit {code}): " + " | ".join(tail))
@@ -230,6 +243,10 @@ def side_by_side(ours: dict[str, Any], dlio: dict[str, Any]) -> list[str]:
     return ["  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)) for row in rows]
 
 
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signum)  # the run unwinds like an error, so DLIO's session is ended
+
+
 def main(argv: Sequence[str]) -> int:
     """`python -m storage.dlio checkpoint OUT [--run --root DIR]` (OUT: a `python -m storage.checkpoint` --out)."""
     import argparse
@@ -256,12 +273,20 @@ def main(argv: Sequence[str]) -> int:
         print(f"[export] {path}")
     if not args.run:
         return 0
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = run_dlio_2(written[DLIO_2_DIR], python=ensure_dlio_env(), ranks=len(ranks),
                             work=args.root or args.out / "dlio" / "run")
     except (CheckpointWorkloadError, DlioEnvError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (Stopped, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        print(f"[checkpoint] stopped by signal {signum}: DLIO's ranks were ended", file=sys.stderr, flush=True)
+        return 128 + signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     (args.out / "dlio" / "checkpoint_result.json").write_text(json.dumps(result, indent=1))
     print("\n".join(side_by_side(ours, result)))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,16 @@ def test_a_checkpoint_run_that_recorded_no_saves_is_one_line_with_status_2(tmp_p
     assert capsys.readouterr().err == (f"error: {tmp_path} holds no checkpoint run: {tmp_path / 'checkpoint.json'} "
                                        "records no saves (a run that stopped before its first?)\n")
     assert not (tmp_path / "dlio").exists()
+
+
+def test_a_dlio_run_past_its_time_is_one_error_and_leaves_none_of_its_processes(tmp_path):
+    workload = tmp_path / "ckpt.yaml"
+    workload.write_text(yaml.safe_dump({"checkpoint": {"model_size": 1000}}))
+    marker = f"mlperf-test-rank-{tmp_path.name}"
+    # DLIO's stand-in starts a "rank" that would go on writing, then waits for ever
+    body = f'(exec -a {marker} sleep 300) &\nsleep 300'
+    started = time.monotonic()
+    with pytest.raises(CheckpointWorkloadError, match=r"^DLIO 2.0.0 ran past 2 s and was ended, every rank"):
+        run_dlio_2(workload, python=_fake_dlio(tmp_path, body), ranks=1, work=tmp_path / "run", timeout_s=2)
+    assert time.monotonic() - started < 60
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""
