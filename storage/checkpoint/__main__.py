@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -205,7 +206,7 @@ def _launch(args: argparse.Namespace, plan_dir: Path, root: Path, ranks: list[in
 
 
 def _stop(signum: int, frame: object) -> None:
-    """SIGTERM (timeout, scancel): the launcher is told (it stops the ranks; a save they were in stays
+    """SIGTERM (timeout, scancel), SIGHUP or SIGINT: the launcher is told (it stops the ranks; a save they were in stays
     a .tmp directory no restore takes), and once it has ended the run unwinds like an error, so the
     loop device, its mount and the cgroup go. Nothing here waits: the main thread may be inside the
     launcher's wait, whose lock a wait from this handler would never get."""
@@ -222,8 +223,24 @@ def _too_small(where: str, short: Shortfall, args: argparse.Namespace, plan: Che
             f"({args.keep_last_n}), a smaller --flavor, fewer --ranks, or a --root or --device-gib with room")
 
 
+WORK_PREFIX = "mlperf-checkpoint-"  # + this process's pid + "-": a killed run's folder is known by its pid
+
+
+def _remove_dead_work_folders(parent: Path) -> None:
+    """The --device-gib work folders of runs killed outright (SIGKILL): their loop device, mount, image and
+    cgroup are gone by now (ThrottledStorage removes what dead runs left); the folders go too, unless
+    something is still mounted under one."""
+    mounted = Path("/proc/self/mounts").read_text()
+    for folder in parent.glob(f"{WORK_PREFIX}*-*"):
+        pid = folder.name[len(WORK_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and f" {folder}/" not in mounted:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _stop)
+    # what timeout, scancel and Slurm send, a closed terminal and Ctrl-C: each stops the ranks and undoes the device
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _stop)
     args = _parser().parse_args(argv)
     try:
         spec = find(args.benchmark)
@@ -280,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"the saves need {need.bytes / GB:,.2f} GB ({need.saves} on disk at once), more than "
                          f"--device-gib {args.device_gib} ({size / GB:,.2f} GB): give fewer --ranks, --saves or "
                          "--keep-last-n, or a larger device")
-        work = args.work_dir or Path(tempfile.mkdtemp(prefix="mlperf-checkpoint-"))
+        work = args.work_dir or Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-"))
         try:
             work.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(work).free
@@ -289,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             limits = {"read_bps": args.read_mib_s * MIB if args.read_mib_s else None,
                       "write_bps": args.write_mib_s * MIB if args.write_mib_s else None}
             with ThrottledStorage(work, size_mb=args.device_gib * 1024, read_iops=None, **limits) as storage:
+                _remove_dead_work_folders(Path(tempfile.gettempdir()))
                 short = short_of(storage.mount / "checkpoints")  # the file system's own overhead taken
                 if short is not None:
                     return _fail(_too_small(f"--device-gib {args.device_gib}", short, args, plan, ranks))

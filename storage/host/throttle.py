@@ -9,7 +9,8 @@ device whose reads are limited (bytes/s, IOs/s) by a cgroup, for the processes p
 Root only. cgroup v1 `blkio` throttling where blkio is mounted, else cgroup v2 `io.max` where
 the v2 `io` controller is available; `throttle_unavailable_reason()` says why neither works
 (tests skip with it). Each instance names its image and cgroup with its pid and a random
-suffix, so suites running side by side on one host never share one.
+suffix, so suites running side by side on one host never share one; what a run killed outright left
+(its loop device, mount, image and cgroup) the next one removes (throttle_leftovers).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from storage.host.cgroups import (MOUNTS, CgroupError, cgroup_mounts, no_controller, remove_cgroup, v2_controllers,
                                    write)
+from storage.host.throttle_leftovers import reap
 
 
 LOOP_CONTROL = Path("/dev/loop-control")
@@ -275,6 +278,8 @@ class ThrottledStorage:
         if reason is not None:
             raise ThrottleUnavailable(reason)
         hierarchy = _find_hierarchy()
+        for line in reap(hierarchy.root):  # what a killed run left (throttle_leftovers): the disk and devices back
+            print(f"[throttle] {line}", file=sys.stderr, flush=True)
         # each step registers its undo right after it succeeds; a failure unwinds what is there
         with contextlib.ExitStack() as undo:
             self._setup = self._set_up(undo, hierarchy)

@@ -192,17 +192,18 @@ def test_bad_arguments_are_one_line_and_status_2_before_planning(args, says, tmp
 
 def _main_in_process(argv: list[str], capsys) -> tuple[int, str]:
     """storage.checkpoint's main in this process: its status (argparse's SystemExit too) and its stderr;
-    the SIGTERM handler it installs is put back."""
+    the signal handlers it installs are put back."""
     import storage.checkpoint.__main__ as command
 
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     capsys.readouterr()
     try:
         code = command.main(argv)
     except SystemExit as exit_:
         code = exit_.code
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return code, capsys.readouterr().err
 
 
@@ -305,20 +306,28 @@ def test_a_disk_that_fills_up_during_the_saves_ends_them_with_status_5_in_one_li
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout == b""
 
 
-@pytest.mark.over_budget(reason="makes a throttled loop device, saves on it and stops the ranks")
-def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(flux_plan, tmp_path):
-    work = tmp_path / "work"
+def _saving_on_a_device(flux_plan, tmp_path, work: Path | None, saves: int = 400) -> subprocess.Popen:
+    """storage.checkpoint on a 1 GiB throttled loop device, once it is past its first complete save."""
+    where = [] if work is None else ["--work-dir", str(work)]
     proc = subprocess.Popen([sys.executable, "-m", "storage.checkpoint", "--benchmark", "flux", "--world-size", "4",
-                             "--ranks", "0-1", "--saves", "400", "--restores", "0", "--plan", str(flux_plan),
-                             "--device-gib", "1", "--write-mib-s", "50", "--work-dir", str(work),
+                             "--ranks", "0-1", "--saves", str(saves), "--restores", "0", "--plan", str(flux_plan),
+                             "--device-gib", "1", "--write-mib-s", "50", *where,
                              "--out", str(tmp_path / "out")], cwd=REPO, env=_own_tmp(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
-    while not list(work.glob("mnt/checkpoints/step_*")):  # past the first complete save
+    while not list((work or tmp_path / "tmp").glob("**/mnt/checkpoints/step_*")):  # past the first complete save
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
         time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)  # to the command alone, as `kill` does
-    assert proc.wait(timeout=180) == 128 + signal.SIGTERM
+    return proc
+
+
+@pytest.mark.over_budget(reason="makes a throttled loop device, saves on it and stops the ranks")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_on_a_throttled_device_stops_the_ranks_and_removes_the_device(flux_plan, tmp_path, stop):
+    work = tmp_path / "work"
+    proc = _saving_on_a_device(flux_plan, tmp_path, work)
+    proc.send_signal(stop)  # to the command alone, as `kill` does
+    assert proc.wait(timeout=180) == 128 + stop
     assert list(work.iterdir()) == []  # the image and the mount point are gone
     assert str(work) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert str(work) not in Path("/proc/mounts").read_text()
@@ -326,3 +335,32 @@ def test_sigterm_on_a_throttled_device_stops_the_ranks_and_removes_the_device(fl
     cgroups = [p for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/blkio"))
                for p in root.glob(f"mlperf-throttle-{proc.pid}-*")]
     assert cgroups == []
+
+
+def _leftovers(pid: int) -> list[str]:
+    """What a storage.checkpoint run of `pid` has on this host: loop devices, mounts, cgroups."""
+    name = f"mlperf-throttle-{pid}-"
+    found = [line for line in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
+             if name in line]
+    found += [line for line in Path("/proc/mounts").read_text().splitlines() if f"mlperf-checkpoint-{pid}-" in line]
+    found += [str(p) for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/blkio")) for p in root.glob(f"{name}*")]
+    return found
+
+
+@pytest.mark.over_budget(reason="two runs on throttled loop devices: one killed outright, then the one that cleans up")
+def test_what_a_sigkilled_run_left_on_its_device_is_removed_by_the_next_run(flux_plan, tmp_path):
+    killed = _saving_on_a_device(flux_plan, tmp_path, None)
+    os.killpg(killed.pid, signal.SIGKILL)  # the command and its launcher; the ranks die with them
+    killed.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True).stdout:
+        assert time.monotonic() < deadline, "the ranks outlived the command"
+        time.sleep(0.2)
+    left = _leftovers(killed.pid)
+    assert len(left) >= 3, left  # its loop device, its mount and its cgroup were left
+    work_folders = list((tmp_path / "tmp").glob(f"mlperf-checkpoint-{killed.pid}-*"))
+    assert len(work_folders) == 1 and list(work_folders[0].glob("*.img"))  # and the 1 GiB image
+    after = _saving_on_a_device(flux_plan, tmp_path, None, saves=1)
+    assert after.wait(timeout=300) == 0, after.stdout.read()[-3000:]
+    assert _leftovers(killed.pid) == [] and not work_folders[0].exists()
+    assert list((tmp_path / "tmp").glob("mlperf-checkpoint-*")) == []  # the second run's own folder went at its end
