@@ -145,6 +145,15 @@ sys.exit(main([sys.argv[1]]))
 """
 
 
+def _as_from_a_shell() -> None:
+    """In the child before exec: every signal at its default and none blocked."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def _live_naming(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -177,15 +186,22 @@ def test_stopping_the_replay_command_ends_dlio_ranks_and_workers(tmp_path, sig):
                     f"exec {sys.executable} -c \"import subprocess, sys, time; "
                     f"subprocess.Popen([sys.executable, '-c', '{worker}', '{marker}']); time.sleep(300)\" {marker}\n")
     fake.chmod(0o755)
+    # started as from a user's shell: no signal ignored or blocked that this test process may have been left
+    # with (in one parallel run the command took no notice of SIGINT at all)
     proc = subprocess.Popen([sys.executable, "-c", _REPLAY_WITH_A_FAKE_DLIO, str(run), str(fake)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_shell)
     try:
         deadline = time.monotonic() + 60
         while len(_live_naming(marker)) < 2 or not (run / "dlio" / "replay" / "data").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
             time.sleep(0.05)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            raise AssertionError(f"the command did not end after signal {int(sig)}: "
+                                 + " ".join(line for line in status.splitlines() if line.startswith("Sig"))) from None
         if sig != signal.SIGKILL:
             assert proc.returncode == 128 + sig, err
             assert f"[replay] stopped by signal {int(sig)}: DLIO was ended" in err
