@@ -41,8 +41,8 @@ RESOURCE_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/storage/host/test_shared_storage.py",
         "tests/storage/host/test_client_memory.py",
         "tests/storage/emulation/test_client_host.py",
-        "tests/storage/test_object_store_sweep.py",
-        "tests/storage/test_multi_host_sweep.py",
+        "tests/storage/sweep/test_object_store_sweep.py",
+        "tests/storage/sweep/test_multi_host_sweep.py",
     ),
     # loop devices (max_loop=8 here) and their throttled direct reads of one disk
     "block_devices": (
@@ -52,8 +52,8 @@ RESOURCE_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/storage/host/test_page_cache.py",
         "tests/storage/load_profile/test_block_device.py",
         "tests/storage/checkpoint/test_emulated_runs.py",
-        "tests/storage/test_storage_knee.py",
-        "tests/storage/test_sweep_phases.py",
+        "tests/storage/sweep/test_storage_knee.py",
+        "tests/storage/sweep/test_sweep_phases.py",
         "tests/scripts/test_replay_on_throttled_storage.py",
     ),
     # one local Slurm cluster (tests/slurm/conftest.py's session fixture): a second worker would start another

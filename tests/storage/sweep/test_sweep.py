@@ -23,7 +23,7 @@ from storage.dlio import replay as replay_module
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import known_profile
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 THRESHOLD = 0.9
 
 

@@ -183,7 +183,7 @@ def test_the_one_time_kind_is_what_the_summary_reads():
 def _knee_script():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "storage_knee.py"
+    path = Path(__file__).resolve().parents[3] / "scripts" / "storage_knee.py"
     spec = importlib.util.spec_from_file_location("storage_knee_script", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
