@@ -15,6 +15,12 @@ if __name__ == "__main__":  # a preemption signal while the imports below load i
     from common.run.early_signals import catch_from_now_on
 
     catch_from_now_on()
+    import sys
+
+    from common.run.arguments import parse_args
+
+    # --help and a usage error answered before the imports below
+    parse_args(sys.argv[1:], doc=__doc__, module=__spec__.name if __spec__ else None)
 
 from typing import Sequence
 

@@ -57,6 +57,7 @@ from common.run.preemption import PreemptionHandler
 from common.run.rundir import make_run_dir
 from common.run.schedule import TrainingSchedule
 from common.run.settings import CommonConfigs, RunConfig
+from common.run.arguments import parse_args
 from common.run.task import CheckpointAdaptingTask, EvalPoint
 from common.run.warnings_filter import quiet_known_library_noise
 from common.tracing.capture import StepTracer
@@ -65,13 +66,6 @@ EXIT_CONFIG_ERROR = 2
 EXIT_DATA_ERROR = 3
 EXIT_NON_FINITE_LOSS = 4
 EXIT_CHECKPOINT_WRITE_ERROR = 5
-
-
-def parse_args(argv: Sequence[str] | None, *, doc: str | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gin_config", action="append", required=True, help="gin file (repeatable)")
-    parser.add_argument("--gin_bindings", action="append", default=[], help="extra gin binding (repeatable)")
-    return parser.parse_args(argv)
 
 
 def _first_line(error: BaseException) -> str:
