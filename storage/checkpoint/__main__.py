@@ -23,6 +23,11 @@ holding anything it did not write (a trainer's checkpoints) is refused; it marks
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # --help, a usage error or a bad argument answered before the imports below
+    from storage.checkpoint.arguments import answer_early
+
+    answer_early(__doc__)
+
 import argparse
 import json
 import os
@@ -35,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from common.registry import RegistryError, find
+from storage.checkpoint.arguments import ERROR, argument_refusal, parser
 from storage.checkpoint.emulated import rank_file_bytes
 from storage.checkpoint.fit import RootRefused, Shortfall, look, peak, ranks_text, save_footprint, shortfall
 from storage.checkpoint.plan import CheckpointPlan
@@ -45,68 +51,12 @@ from storage import compute_times
 from storage.host.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
 
 MIB = 1 << 20
-ERROR = "[checkpoint] error: "
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and status 2, as every other refusal here
-        self.exit(2, f"{ERROR}{message} (see python -m storage.checkpoint --help)\n")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m storage.checkpoint", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--benchmark", required=True)
-    parser.add_argument("--flavor", default=None)
-    parser.add_argument("--world-size", type=int, default=None)
-    parser.add_argument("--ranks-per-node", type=int, default=None)
-    parser.add_argument("--ranks", default=None, help="this host's ranks, e.g. 0-7 (default: the first node's)")
-    parser.add_argument("--saves", type=int, default=2)
-    parser.add_argument("--restores", type=int, default=2)
-    parser.add_argument("--keep-last-n", type=int, default=1)
-    parser.add_argument("--root", type=Path, default=None, help="where the checkpoints go (not with --device-gib)")
-    parser.add_argument("--device-gib", type=int, default=None, help="a throttled loop device of this size (root)")
-    parser.add_argument("--write-mib-s", type=int, default=None, help="the device's write limit (with --device-gib)")
-    parser.add_argument("--read-mib-s", type=int, default=None, help="the device's read limit (with --device-gib)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the loop device's image goes")
-    parser.add_argument("--plan", type=Path, default=None, help="a plan folder made before (planning takes minutes)")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
-                        help="an option of the benchmark's state builder (its checkpoint_state.py), e.g. dp_replicate=1")
-    parser.add_argument("--accelerator", default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    return parser
 
 
 def _fail(message: str, code: int = 2) -> int:
     sys.stderr.write(f"{ERROR}{message}\n")
     sys.stderr.flush()
     return code
-
-
-def _argument_refusal(args: argparse.Namespace) -> str | None:
-    """What is wrong with the arguments alone (nothing looked at yet), or None."""
-    if (args.root is None) == (args.device_gib is None):
-        return "give --root DIR, or --device-gib N for a throttled loop device (one of them)"
-    for flag in ("world_size", "ranks_per_node", "device_gib", "write_mib_s", "read_mib_s"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:  # 0 is no default in disguise: leave the flag out for that
-            return f"--{flag.replace('_', '-')} {value}: give a whole number >= 1, or leave it out"
-    if args.saves < 1 or args.restores < 0 or args.keep_last_n < 1:
-        return "--saves must be >= 1, --restores >= 0, --keep-last-n >= 1"
-    if args.device_gib is None:
-        given = [f"--{f.replace('_', '-')}" for f in ("write_mib_s", "read_mib_s", "work_dir") if getattr(args, f)]
-        if given:
-            return (f"{' and '.join(given)}: for the loop device of --device-gib only; --root's own storage is not "
-                    "limited by this command (a limit would be recorded that did not hold)")
-    for text in args.option:
-        key, equals, value = text.partition("=")
-        try:
-            if not key or not equals:
-                raise ValueError
-            json.loads(value)
-        except ValueError:
-            return f"--option {text!r}: give KEY=JSON, e.g. dp_replicate=1"
-    return None
 
 
 def _root_refusal(root: Path) -> str | None:
@@ -241,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     # what timeout, scancel and Slurm send, a closed terminal and Ctrl-C: each stops the ranks and undoes the device
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop)
-    args = _parser().parse_args(argv)
+    args = parser(__doc__).parse_args(argv)
     try:
         spec = find(args.benchmark)
         workload = spec.checkpoint_workload()
     except (RegistryError, LookupError) as error:
         return _fail(str(error))
     # every refusal that needs no plan comes before it: planning takes minutes at the reference size
-    refusal = _argument_refusal(args)
+    refusal = argument_refusal(args)
     if refusal is None and args.device_gib is not None:
         reason = throttle_unavailable_reason()
         refusal = f"--device-gib {args.device_gib}: {reason}" if reason else None
