@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def node_id(case: ET.Element) -> str:
-    """junit's classname is the module path with dots (`tests.storage.test_sweep`) plus any class;
+    """junit's classname is the module path with dots (`tests.storage.sweep.test_sweep`) plus any class;
     the file is the module path that exists."""
     parts = case.get("classname", "").split(".")
     name = case.get("name", "").split("@", 1)[0]  # xdist's loadgroup appends @<group> to a grouped test's id
