@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.stack-installed
 # `make` alone: the targets, one line each, with how long each takes on the 2-core development machine
 help:
 	@echo "make run          DLRM-HSTU on generated Yambda-schema data, CPU, small: builds .venv/ and the data first (~7 min fresh)"
-	@echo "make test         the test suite on two workers, as CI runs it (~27 min; TEST_WORKERS=1: one process, ~45 min)"
+	@echo "make test         the test suite on two workers, as CI runs it (25-40 min, by the machine; TEST_WORKERS=1: one process, about 1.7x that)"
 	@echo "make test-fast    the suite without the slow and over-budget tests (~3 min)"
 	@echo "make bench        every benchmark's loader and training throughput (docs/datasets.md)"
 	@echo "make replay RUN=<run dir>   a run's measured load replayed with DLIO 2.0.0 (builds .venv-dlio/ on first use)"
@@ -28,8 +28,9 @@ run: $(STAMP)
 	$(PYTHON) -m recommendation_v4.train --gin_config recommendation_v4/configs/debug.gin
 
 # one pytest session on two xdist workers (tests/parallel.py groups what cannot share the machine and sends
-# the longest work out first, hence --no-loadscope-reorder): ~1,500 s against ~2,576 s in one process
-# (docs/measurements.md). TEST_WORKERS=1 runs it in one process. PYTEST_ARGS adds to the command line.
+# the longest work out first, hence --no-loadscope-reorder): 1,475-2,400 s of pytest by the machine, 1.75x faster
+# than one process on the same machine (docs/measurements.md). TEST_WORKERS=1 runs it in one process. PYTEST_ARGS
+# adds to the command line.
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
 test: $(STAMP)
