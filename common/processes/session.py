@@ -48,3 +48,14 @@ class Session:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def run_in_session(cmd: Sequence[str], timeout_s: float | None = None, **popen: Any) -> int | None:
+    """`cmd` in a Session until it ends: its status, or None when it ran past timeout_s (then it was
+    ended). An exception meanwhile (Ctrl-C, a signal turned into one) ends the session, then goes on."""
+    session = Session(cmd, **popen)
+    try:
+        return session.wait(timeout_s)
+    except BaseException:
+        session.end()
+        raise

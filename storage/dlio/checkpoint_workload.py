@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 
-from common.processes.session import Session
+from common.processes.session import run_in_session
 from storage.checkpoint.plan import CheckpointPlan, rank_of_file
 from storage.dlio.replay_cli import Stopped
 from storage.load_profile.block_device import disk_counters, find_block_device
@@ -179,12 +179,7 @@ def run_dlio_2(workload_path: Path, *, python: Path, ranks: int, work: Path, wra
     with log.open("w") as sink:
         # a session of its own, as the sweep's replays: a timeout, Ctrl-C or a stop signal turned into an
         # exception (main) ends every MPI rank it started; its guard does when this process is SIGKILLed
-        session = Session(wrap(command), stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=env)
-        try:
-            code = session.wait(timeout_s)
-        except BaseException:
-            session.end()
-            raise
+        code = run_in_session(wrap(command), timeout_s, stdout=sink, stderr=subprocess.STDOUT, cwd=work, env=env)
     if code is None:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
         raise CheckpointWorkloadError(f"DLIO 2.0.0 ran past {timeout_s:g} s and was ended, every rank: "

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import yaml
 
 from common.processes.guard import start_guard
-from common.processes.session import Session
+from common.processes.session import run_in_session
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio3_env, ensure_dlio_env
 from storage.dlio.dlio_reads import TreeReads
 from storage.dlio.export import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
@@ -312,13 +312,8 @@ def _run_dlio(cmd: list[str], *, python: Path, log: Path, cwd: Path, timeout_s: 
         # its own session, so that a timeout, Ctrl-C or a signal turned into an exception (the sweep's,
         # the replay command's) ends every rank and loader worker it started, and only those; its guard
         # does when the caller is SIGKILLed (common.processes)
-        session = Session(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
-                          env=_dlio_env(python, {**(extra_env or {}), **reads.env()}))
-        try:
-            code = session.wait(timeout_s)
-        except BaseException:
-            session.end()
-            raise
+        code = run_in_session(cmd, timeout_s, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
+                              env=_dlio_env(python, {**(extra_env or {}), **reads.env()}))
         if code is None:
             # a rank that fails under mpiexec can leave the others waiting in a barrier for ever
             raise ReplayError(f"DLIO {what} timed out after {timeout_s:.0f} s: {shlex.join(cmd)}\n"
