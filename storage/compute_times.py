@@ -12,6 +12,9 @@ spec's `storage.training_compute_times`, written by `python -m storage.training_
     python -m storage.compute_times                  # every registered benchmark's rows, both sources
     python -m storage.compute_times <benchmark> b200  # one row (any of the benchmark's names)
     python -m storage.compute_times --source training <benchmark> b200
+
+Example:
+    python -m storage.compute_times retinanet b200   # one row; no arguments: every row
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from common import registry
+from common import command_line, registry
 from common.spec import BenchmarkSpec
 
 HEADER = ["accelerator", "seconds_per_step", "batch_per_accelerator", "au_threshold", "source"]
@@ -129,24 +132,29 @@ def _line(row: ComputeTime, source: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    sources = SOURCES
-    if args[:1] == ["--source"]:
-        if len(args) < 2 or args[1] not in SOURCES:
-            print(f"error: --source must be one of {list(SOURCES)}", file=sys.stderr)
-            return 2
-        sources, args = (args[1],), args[2:]
+    parser = command_line.parser(
+        "storage.compute_times", "Prints the compute time per step of each benchmark and accelerator, with its batch, "
+        "AU bar and source (every registered benchmark's rows, or one).",
+        example=command_line.example_in(__doc__),
+        docs="docs/emulation.md")
+    parser.add_argument("--source", choices=SOURCES, default=None,
+                        help="storage (the benchmark's compute_times.csv) or training (from result logs); default both")
+    parser.add_argument("benchmark", nargs="?", help="a registered benchmark (package, MLPerf Training or Storage name)")
+    parser.add_argument("accelerator", nargs="?", help="with a benchmark: that accelerator's row")
+    try:  # a usage error is status 2 from here too, as every other refusal of this command
+        args = parser.parse_args(argv)
+        if (args.benchmark is None) != (args.accelerator is None):
+            parser.error("give a benchmark and an accelerator together, or neither")
+    except SystemExit as ended:
+        return int(ended.code or 0)
+    sources = SOURCES if args.source is None else (args.source,)
     try:
-        if len(args) == 2:
-            row = lookup(registry.find(args[0]), args[1], source=sources[0])
+        if args.benchmark is not None:
+            row = lookup(registry.find(args.benchmark), args.accelerator, source=sources[0])
             print(f"{row.benchmark} on {row.accelerator}: {row.seconds_per_step} s per step of "
                   f"{row.batch_per_accelerator} ({row.samples_per_second:,.1f} samples/s), AU bar {row.au_threshold}; "
                   f"{row.source}")
             return 0
-        if args:
-            print("usage: python -m storage.compute_times [--source storage|training] [<benchmark> <accelerator>]",
-                  file=sys.stderr)
-            return 2
         for spec in registry.specs():
             if spec.storage is None:
                 continue

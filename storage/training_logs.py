@@ -48,6 +48,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from common import command_line
+
 EXIT_USAGE, EXIT_DATA = 2, 3
 ROW_FIELDS = ["benchmark", "accelerator", "accelerators", "batch_per_accelerator", "seconds_per_step",
               "samples_per_second_per_accelerator", "method", "system", "round", "source"]
@@ -385,9 +387,11 @@ def _print(rows: list[StepTime], out) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m storage.training_logs",
-                                     description="Seconds per step at the per-accelerator batch, from MLPerf Training "
-                                                 "result logs (:::MLLOG lines).")
+    parser = command_line.parser(
+        "storage.training_logs", "Seconds per step at the per-accelerator batch, from MLPerf Training "
+        "result logs (:::MLLOG lines).",
+        example="python -m storage.training_logs results/ --accelerators 8 --accelerator b200",
+        docs="docs/emulation.md")
     parser.add_argument("paths", nargs="+", type=Path, help="logs, or folders searched for result_*.txt and mllog.log")
     parser.add_argument("--accelerators", type=int, default=None, help="how many accelerators ran every log given")
     parser.add_argument("--accelerator", default=None, help="which accelerator ran every log given (e.g. b200)")

@@ -4,6 +4,9 @@ would save. A storage benchmark whose files shrink under either measures the sto
 reduction, not its bandwidth; DLIO writes random bytes for that reason.
 
     python -m common.data.redundancy DIR [--max-files N]
+
+Example:
+    python -m common.data.redundancy $MLPERF_DATA_ROOT/flux/train --max-files 200
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
+
+from common import command_line
 
 BLOCK_BYTES = 4096
 ZSTD_LEVEL = 1
@@ -75,7 +80,10 @@ def data_files(directory: Path, *, max_files: int | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "common.data.redundancy", __doc__.splitlines()[0],
+        example=command_line.example_in(__doc__),
+        docs="docs/datasets.md")
     parser.add_argument("directory", type=Path)
     parser.add_argument("--max-files", type=int, help="only the N largest files")
     args = parser.parse_args(argv)

@@ -8,6 +8,10 @@
   the code of the first rank that failed (2 config, 3 data, 4 loss, 5 checkpoint write, 1 anything
   else), with one `[launch]` line and none of the agent's tracebacks. The ranks report their exit
   status through files in a directory of this launch's own (`RANK_STATUS_DIR_ENV`).
+
+Example:
+    python -m common.distributed.launch --standalone --nproc_per_node=2 -m recommendation_v4.train \\
+        --gin_config recommendation_v4/configs/debug.gin
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Sequence
+
+from common.command_line import example_in, help_epilog
 
 RANK_STATUS_DIR_ENV = "MLPERF_RANK_STATUS_DIR"
 _MEANING = {0: "finished", 1: "failed (its traceback is above)", 2: "config error", 3: "data error",
@@ -92,12 +98,23 @@ def _first_cause(error: Exception, statuses: dict[int, int | None]) -> int:
 _LOG_OPTIONS = {"--log-dir", "--log_dir", "--logs-specs", "--logs_specs"}  # the user's choice of where logs go
 
 
+def _help() -> str:
+    what = __doc__[:__doc__.index("\nExample:\n")].strip()
+    return (f"usage: python -m common.distributed.launch [torchrun's options] -m <package>.train [its arguments]\n\n"
+            f"{what}\n\ntorchrun's options: python -m torch.distributed.run --help\n\n"
+            + help_epilog(example_in(__doc__),
+                          "docs/launching.md (this launcher, torchrun, Slurm), docs/running.md (exit statuses)"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):  # answered before torch loads; torchrun's own options are one command away
+        print(_help())
+        return 0
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     ranks = torchrun.determine_local_world_size(torchrun.parse_args(argv).nproc_per_node)
     status_dir = Path(tempfile.mkdtemp(prefix="mlperf-launch-"))
     os.environ[RANK_STATUS_DIR_ENV] = str(status_dir)

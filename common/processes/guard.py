@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import command_line
 from common.processes.identity import ProcessIdentity
 from common.processes.members import end_session, session_members
 
@@ -70,7 +71,10 @@ def guard(owner: ProcessIdentity, *, session: ProcessIdentity | None, remove: Pa
 def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    parser = argparse.ArgumentParser(prog="python -m common.processes.guard")
+    parser = command_line.parser(
+        "common.processes.guard", None,
+        example="python -m common.processes.guard --owner 4242:981234 --remove /srv/s3/.staging-4242   # started by the code it guards",
+        docs="docs/architecture.md (common/processes/)")
     parser.add_argument("--owner", type=ProcessIdentity.parse, required=True)
     parser.add_argument("--session", type=ProcessIdentity.parse, default=None)
     parser.add_argument("--remove", type=Path, default=None)

@@ -2,6 +2,9 @@
 
 Errors (a run without traces, a step without files, a corrupt file) are one line on stderr and
 exit status 2.
+
+Example:
+    python -m common.tracing list runs/recommendation_v4/myrun
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from common import command_line
 from common.tracing.merge import TraceFileError, merge_step, merged_file, rank_files
 
 
@@ -48,7 +52,10 @@ def _merge(run_dir: str, step: int | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.tracing", description="Lists and merges the torch.profiler traces of a run (RUN_DIR/traces).")
+    parser = command_line.parser(
+        "common.tracing", "Lists and merges the torch.profiler traces of a run (RUN_DIR/traces).",
+        example=command_line.example_in(__doc__),
+        docs="docs/traces.md")
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("list", help="the trace windows of a run: steps, ranks, sizes")
     show.add_argument("run_dir")

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common import command_line
 from common.config.paths import DEFAULT_DATA_ROOT
 from flux.data import layout
 from flux.data.batch import FluxBatch
@@ -121,7 +122,10 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "flux.bench.loader", __doc__.splitlines()[0],
+        example="python -m flux.bench.loader --num-samples 512 --workers 1 2",
+        docs="flux/README.md")
     parser.add_argument(
         "--dataset-dir", type=Path, help="a split directory (default: reference-shape synthetic train split)"
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common import command_line
 from flux.data import layout
 from flux.data.planted import LATENT_SCALE, LATENT_SHIFT, PlantedWorld
 from flux.data.reader import FluxArrowDataset
@@ -104,7 +105,10 @@ def check_planted_signal(dataset_dir: str | Path, *, max_train: int = 2048, ridg
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "flux.data.signal_check", __doc__.splitlines()[0],
+        example="python -m flux.data.signal_check --dataset-dir $MLPERF_DATA_ROOT/flux",
+        docs="flux/README.md")
     parser.add_argument("--dataset-dir", required=True, type=Path)
     parser.add_argument("--max-train", type=int, default=2048, help="train samples used to fit the mean and the probe")
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from common import command_line
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
@@ -243,10 +244,12 @@ def ensure_synthetic(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_line.parser(
+        "flux.data.synthetic", __doc__.splitlines()[0],
+        example="python -m flux.data.synthetic --size tiny --out $MLPERF_DATA_ROOT/flux",
+        docs="docs/datasets.md",
         epilog=generation.sizes_epilog([(name, size.num_train, size.sample_bytes, size.total_bytes)
-                                        for name, size in SYNTHETIC_SIZES.items()]))
+            for name, size in SYNTHETIC_SIZES.items()]))
     generation.add_arguments(parser, sizes=sorted(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--rows-per-shard", type=int, help="override the rows per Arrow shard (reference: 231)")
     parser.add_argument("--empty-storage", default="float16", choices=("float16", "bf16_bits"))

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common import command_line
 from flux.data import layout
 from flux.data.empty_encodings import load_empty_encodings
 from flux.data.reader import FluxArrowDataset
@@ -123,7 +124,10 @@ def verify_dataset(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "flux.data.verify", __doc__.splitlines()[0],
+        example="python -m flux.data.verify --dataset-dir $MLPERF_DATA_ROOT/flux --expect-shapes reference",
+        docs="docs/datasets.md")
     parser.add_argument(
         "--dataset-dir",
         required=True,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from common import command_line
 from flux.model.flavors import FLAVORS, get_flavor
 from flux.model.param_count import count_parameters
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = command_line.parser(
+        "flux.model", __doc__,
+        example="python -m flux.model --flavor flux-tiny",
+        docs="flux/README.md")
     parser.add_argument("--flavor", default="flux-schnell", choices=sorted(FLAVORS))
     args = parser.parse_args(argv)
     flavor = get_flavor(args.flavor)

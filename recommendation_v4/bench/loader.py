@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from common import command_line
 from common.data.batch_arena import batch_slab
 from common.data.loader import stream_batches
 from recommendation_v4.data import cache_build, layout
@@ -117,7 +118,10 @@ def measure_loader_samples_per_s(
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line.parser(
+        "recommendation_v4.bench.loader", __doc__.split("\n\n")[0],
+        example="python -m recommendation_v4.bench.loader --dataset-dir $MLPERF_DATA_ROOT/yambda-small --num-workers 2",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
     parser.add_argument("--history-length", type=int, default=4086)
     parser.add_argument("--min-history", type=int, default=None, help="default: the history length")

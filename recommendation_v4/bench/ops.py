@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from common import command_line
 from recommendation_v4.ops import (
     HammerKernel,
     concat_2d_jagged,
@@ -159,7 +160,10 @@ def _measure(op: str, forward: Callable, kernel: HammerKernel, device: torch.dev
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser(
+        "recommendation_v4.bench.ops", __doc__,
+        example="python -m recommendation_v4.bench.ops --ops layer_norm --batch-fraction 0.01   # a quick look on a CPU",
+        docs="recommendation_v4/README.md, docs/accelerator-check.md")
     parser.add_argument("--batch-size", type=int, default=1024, help="sequences per rank at fraction 1")
     parser.add_argument("--batch-fraction", type=float, default=None, help=f"fraction of --batch-size to run (default 1 on GPU, {CPU_DEFAULT_FRACTION} on CPU)")
     parser.add_argument("--max-seq-len", type=int, default=4096)

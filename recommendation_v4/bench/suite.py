@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common import command_line
 from common.distributed.process_exit import exit_rank
 from common.run.task import StepContext
 from common.config.paths import DEFAULT_DATA_ROOT
@@ -281,7 +282,10 @@ def bench_eval_data(data_root: Path, *, batch_size: int = 512) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser(
+        "recommendation_v4.bench.suite", __doc__,
+        example="python -m recommendation_v4.bench.suite --help   # then pick the sections to run",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
     parser.add_argument("--only", choices=["loader", "train", "attention", "window", "eval_data"], action="append")
     parser.add_argument("--loader-batches", type=int, default=20)

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common import command_line
 from common.data.phases import ONE_TIME, PhaseMeter, measure_phase
 from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import layout, schema
@@ -277,7 +278,10 @@ def ensure_anchor_ts(cache: pathlib.Path, history_length: int, min_history: int)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the flat-event cache the DLRM-HSTU trainer reads.")
+    parser = command_line.parser(
+        "recommendation_v4.data.cache_build", "Build the flat-event cache the DLRM-HSTU trainer reads.",
+        example="python -m recommendation_v4.data.cache_build --dataset-dir $MLPERF_DATA_ROOT/yambda-5b --history-length 4086",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
     parser.add_argument("--size", default=None, help="the dataset's size (default: the one it holds)")
     parser.add_argument("--history-length", type=int, default=4086)

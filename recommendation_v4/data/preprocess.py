@@ -42,6 +42,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from common import command_line
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data.raw_reader import event_type_codes, integers, timestamp_range
 
@@ -354,7 +355,10 @@ def read_split_meta(processed_dir: pathlib.Path) -> dict[str, Any]:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Preprocess a Yambda dataset directory (the reference's layout).")
+    parser = command_line.parser(
+        "recommendation_v4.data.preprocess", "Preprocess a Yambda dataset directory (the reference's layout).",
+        example="python -m recommendation_v4.data.preprocess --dataset-dir $MLPERF_DATA_ROOT/yambda-5b",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
     parser.add_argument("--size", default=None, help="50m, 500m, 5b or a synthetic size (default: the one raw/ holds)")
     parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)

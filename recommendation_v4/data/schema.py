@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common import command_line
 from recommendation_v4.data import layout
 
 # Category order of Yambda's `event_type` enum; the processed files store these indices.
@@ -192,7 +193,10 @@ def iter_record_batches(
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Validate a Yambda dataset directory (raw files).")
+    parser = command_line.parser(
+        "recommendation_v4.data.schema", "Validate a Yambda dataset directory (raw files).",
+        example="python -m recommendation_v4.data.schema --dataset-dir $MLPERF_DATA_ROOT/yambda-5b",
+        docs="docs/datasets.md")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
     parser.add_argument("--size", default=None, help="the dataset's size (default: the one raw/ holds)")
     parser.add_argument(

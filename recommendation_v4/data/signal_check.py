@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from common import command_line
 from recommendation_v4.data import cache_build, layout, schema
 from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data.synthetic import FACTOR_DIM, TRUTH_COEFFICIENTS_FILE
@@ -112,7 +113,10 @@ def reference_aucs(dataset_dir: str | pathlib.Path, *, history_length: int, min_
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Reference AUCs of a Yambda dataset's last window.")
+    parser = command_line.parser(
+        "recommendation_v4.data.signal_check", "Reference AUCs of a Yambda dataset's last window.",
+        example="python -m recommendation_v4.data.signal_check --dataset-dir $MLPERF_DATA_ROOT/yambda-small",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--dataset-dir", required=True, type=pathlib.Path)
     parser.add_argument("--size", default=None)
     parser.add_argument("--history-length", type=int, default=60)

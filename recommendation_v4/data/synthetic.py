@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common import command_line
 from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob
 from recommendation_v4.data import layout, schema
@@ -821,12 +822,14 @@ def ensure_synthetic(out_dir: str | pathlib.Path, *, size: str, seed: int, conte
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Generate a synthetic Yambda dataset directory.", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_line.parser(
+        "recommendation_v4.data.synthetic", "Generate a synthetic Yambda dataset directory.",
+        example="python -m recommendation_v4.data.synthetic --size small --seed 0",
+        docs="docs/datasets.md",
         epilog=generation.sizes_epilog([
             (name, int(config.num_users * config.events_per_user), int(_ESTIMATED_BYTES_PER_EVENT), estimated_bytes(config))
             for name, config in SYNTHETIC_SIZES.items()]) + "\n(DLRM-HSTU's training samples are the users' events; "
-        "--num-train sets the number of users, --num-validation has no meaning here)")
+            "--num-train sets the number of users, --num-validation has no meaning here)")
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--cache", action="append", default=[], type=_cache_spec, metavar="L[:MIN_HISTORY]",
                         help="after generating, preprocess and build the flat-event cache of history length L (anchors "

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from common import command_line
 from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.param_count import count_parameters
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = command_line.parser(
+        "recommendation_v4.model", __doc__,
+        example="python -m recommendation_v4.model --flavor reference",
+        docs="recommendation_v4/README.md")
     parser.add_argument("--flavor", default="reference", choices=sorted(FLAVORS))
     args = parser.parse_args()
     counts = count_parameters(args.flavor)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torchvision.transforms.v2.functional as TF
 
+from common import command_line
 from common.data.loader import stream_batches
 
 from retinanet.data import layout
@@ -177,7 +178,10 @@ def plain_loop_images_per_s(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "retinanet.bench.loader", __doc__.splitlines()[0],
+        example="python -m retinanet.bench.loader --num-workers 1",
+        docs="retinanet/README.md")
     parser.add_argument("--dataset-dir", type=Path, help=f"dataset to read (default: generate {DEFAULT_BENCH_DIR})")
     parser.add_argument("--image-size", type=int, default=800)
     parser.add_argument("--num-images", type=int, default=512)

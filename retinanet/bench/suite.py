@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from common import command_line
 from common.config.paths import DEFAULT_DATA_ROOT
 from retinanet.data.synthetic import SYNTHETIC_SIZES, ensure_synthetic_dataset
 from retinanet.bench.loader import GOAL_IMAGES_PER_S_PER_WORKER, OUTPUTS, measure_loader_images_per_s, plain_loop_images_per_s
@@ -115,7 +116,10 @@ def bench_train(shapes: tuple[TrainShape, ...] = TRAIN_SHAPES) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser(
+        "retinanet.bench.suite", __doc__,
+        example="python -m retinanet.bench.suite --only loader",
+        docs="retinanet/README.md")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
     parser.add_argument("--only", choices=["loader", "train"], action="append")
     parser.add_argument("--loader-images", type=int, default=512, help="images timed per loader measurement")

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from common import command_line
 from retinanet.model.detector import build_retinanet
 from retinanet.model.flavors import FLAVORS, RetinaNetFlavor, get_flavor
 
@@ -105,7 +106,10 @@ def measure_training_images_per_s(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "retinanet.bench.training", __doc__.splitlines()[0],
+        example="python -m retinanet.bench.training --flavor tiny --threads 1",
+        docs="retinanet/README.md")
     parser.add_argument("--flavor", default="tiny", choices=sorted(FLAVORS))
     parser.add_argument("--image-size", type=int, help="square input side (default: the flavor's)")
     parser.add_argument("--batch-size", type=int, default=8)

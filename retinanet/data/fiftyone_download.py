@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from common import command_line
 from retinanet.data import layout
 from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
 
@@ -57,7 +58,10 @@ def download(dataset_dir: Path, *, splits: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line.parser(
+        "retinanet.data.fiftyone_download", __doc__.splitlines()[0],
+        example="python -m retinanet.data.fiftyone_download --dataset-dir $MLPERF_DATA_ROOT/retinanet/open-images-v6-mlperf",
+        docs="retinanet/README.md")
     parser.add_argument("--dataset-dir", required=True, type=Path)
     parser.add_argument("--splits", nargs="+", default=list(layout.SPLITS), choices=list(layout.SPLITS))
     args = parser.parse_args(argv)

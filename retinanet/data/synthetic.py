@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from common import command_line
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
@@ -396,11 +397,13 @@ def ensure_synthetic_dataset(out_dir: str | Path, *, size: SyntheticSize, seed: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_line.parser(
+        "retinanet.data.synthetic", __doc__.splitlines()[0],
+        example="python -m retinanet.data.synthetic --size tiny",
+        docs="docs/datasets.md",
         epilog=generation.sizes_epilog([
             (name, size.num_train, estimated_image_bytes(size),
-             estimated_image_bytes(size) * (size.num_train + size.num_validation))
+            estimated_image_bytes(size) * (size.num_train + size.num_validation))
             for name, size in SYNTHETIC_SIZES.items()]))
     generation.add_arguments(parser, sizes=list(SYNTHETIC_SIZES), default_size="tiny")
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")

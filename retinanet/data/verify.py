@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common import command_line
 from retinanet.data import layout
 from retinanet.data.coco_annotations import AnnotationFormatError, load_coco_detection_index, missing_image_files
 from retinanet.data.openimages_classes import NUM_MLPERF_CLASSES
@@ -82,7 +83,10 @@ def check_split(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Verify an OpenImages-MLPerf dataset directory")
+    parser = command_line.parser(
+        "retinanet.data.verify", "Verify an OpenImages-MLPerf dataset directory",
+        example="python -m retinanet.data.verify --dataset-dir $MLPERF_DATA_ROOT/retinanet/open-images-v6-mlperf",
+        docs="docs/datasets.md")
     parser.add_argument("--dataset-dir", required=True, type=Path)
     parser.add_argument(
         "--expect-train",

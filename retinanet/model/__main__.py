@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 
+from common import command_line
 from retinanet.model.backbone import count_parameters
 from retinanet.model.detector import build_retinanet
 from retinanet.model.flavors import FLAVORS, get_flavor
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="RetinaNet model information")
+    parser = command_line.parser(
+        "retinanet.model", "RetinaNet model information",
+        example="python -m retinanet.model --flavor reference --count-params",
+        docs="retinanet/README.md")
     parser.add_argument("--flavor", default="reference", choices=sorted(FLAVORS))
     parser.add_argument("--count-params", action="store_true", help="print total and trainable parameter counts")
     args = parser.parse_args(argv)

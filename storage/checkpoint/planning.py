@@ -1,6 +1,10 @@
 """`python -m storage.checkpoint.planning --benchmark B --world-size W --out DIR`: plan the emulated
 checkpoint of benchmark B at world size W (storage.checkpoint.plan) in a process of its own, since
-the plan needs a fake process group of that size and the ranks that write it have a real one."""
+the plan needs a fake process group of that size and the ranks that write it have a real one.
+
+Example:
+    python -m storage.checkpoint.planning --benchmark flux --flavor flux-tiny --world-size 2 --out /tmp/flux-plan
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from common import command_line
 from common.registry import find
 from storage.checkpoint.fake_world import fake_world
 from storage.checkpoint.plan import CheckpointPlan, make_plan, plan_summary
@@ -37,7 +42,10 @@ def plan_benchmark(benchmark: str, *, flavor: str | None, world_size: int, ranks
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.checkpoint.planning", description=__doc__)
+    parser = command_line.parser(
+        "storage.checkpoint.planning", __doc__,
+        example=command_line.example_in(__doc__),
+        docs="docs/checkpoints.md")
     parser.add_argument("--benchmark", required=True)
     parser.add_argument("--flavor", default=None, help="default: the spec's reference flavor")
     parser.add_argument("--world-size", type=int, required=True)

@@ -1,6 +1,10 @@
 """One emulated rank of a checkpoint run (started by `python -m storage.checkpoint`, one process per
 rank this host runs, through common.distributed.launch): K saves, then K restores, with the host's
-block-device counters around each; the host's first rank writes `host.json` into --out."""
+block-device counters around each; the host's first rank writes `host.json` into --out.
+
+Example:
+    python -m storage.checkpoint.rank_main --plan /tmp/flux-plan --root /mnt/ckpt --ranks 0-1 --out /tmp/ckpt-out   # run by python -m storage.checkpoint
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common import command_line
 from common.distributed.collectives import barrier, objects_on_rank0
 from common.distributed.process_exit import exit_rank
 from common.distributed.setup import destroy, init_distributed
@@ -102,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.checkpoint.rank_main", description=__doc__)
+    parser = command_line.parser(
+        "storage.checkpoint.rank_main", __doc__,
+        example=command_line.example_in(__doc__),
+        docs="docs/checkpoints.md")
     parser.add_argument("--plan", type=Path, required=True)
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--ranks", required=True)

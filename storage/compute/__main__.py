@@ -6,6 +6,9 @@
     python -m storage.compute --compute-times                              # the roofline beside storage.compute_times
 
 Exit 2 on a bad argument (an unknown benchmark, flavor or option names itself).
+
+Example:
+    python -m storage.compute --benchmark flux --world-size 64
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from common import command_line
 from common.registry import RegistryError, find, specs
 from storage.compute.bounds import compute_time_bounds, render_bounds
 from storage.compute.profile import build_profile
@@ -56,7 +60,10 @@ def _options(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.compute", description=__doc__.split("\n")[0])
+    parser = command_line.parser(
+        "storage.compute", __doc__.split("\n")[0],
+        example=command_line.example_in(__doc__),
+        docs="docs/compute.md")
     parser.add_argument("--benchmark", help="a registered benchmark (its package name)")
     parser.add_argument("--flavor")
     parser.add_argument("--world-size", type=int)

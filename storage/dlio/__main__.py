@@ -1,4 +1,4 @@
-"""python -m storage.dlio {export,replay} RUN_DIR | checkpoint OUT
+"""usage: python -m storage.dlio {export,replay} RUN_DIR [options] | checkpoint OUT [options]
 
 export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLIO 2.0.0 workload
          [--accelerator b200|mi355|h100|a100]  <model>_<accelerator>.yaml with that accelerator's
@@ -16,25 +16,36 @@ replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use
 checkpoint  OUT is a `python -m storage.checkpoint --out` folder: writes OUT/dlio/, the DLIO checkpoint
          workloads closest to its emulated checkpoint (MLPerf Storage's schema, DLIO 2.0.0's);
          [--run [--root DIR]] runs DLIO 2.0.0's with the same ranks and prints the two side by side
+
+Example:
+    python -m storage.dlio export runs/recommendation_v4/myrun --accelerator b200
+    python -m storage.dlio replay runs/recommendation_v4/myrun
 """
 
 from __future__ import annotations
 
 import sys
 
+from common.command_line import example_in, help_epilog
+
+DOCS = "docs/load-profile.md (export, replay), docs/checkpoints.md (checkpoint)"
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        what = __doc__[:__doc__.index("\nExample:\n")].strip()
+        print(what + "\n\n" + help_epilog(example_in(__doc__), DOCS), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "export":
-        import argparse
-
+        from common import command_line
         from storage.dlio.export import ExportError, export
 
-        parser = argparse.ArgumentParser(prog="python -m storage.dlio export")
+        parser = command_line.parser(
+            "storage.dlio export", "Writes RUN_DIR/dlio/: the run's load as MLPerf Storage and DLIO 2.0.0 workloads.",
+            example=example_in(__doc__).splitlines()[0],
+            docs="docs/load-profile.md")
         parser.add_argument("run_dir")
         parser.add_argument("--accelerator", default=None)
         parser.add_argument("--dataset-scale", type=float, default=1.0)

@@ -15,7 +15,12 @@ a watcher polled the log for the marks.
 What remains besides the data: what a loader worker imports once it starts (Python modules it
 first needs then: ~240 KB for DLIO 2.0.0's npy reader here, once per worker started) and the
 pipe and socket that hand each batch to the rank (a few hundred bytes a step). It imports only the
-standard library at module level, so the project's own python can import it.
+standard library at module level, so the project's own python can import it (where it answers only
+--help: `python -m storage.dlio.counted_dlio --help`). `python -m storage.dlio replay` starts it.
+
+Example:
+    TRAINING_READS_DIR=/tmp/reads .venv-dlio/bin/python storage/dlio/counted_dlio.py \\
+        workload=dlrm_b200 ++workload.workflow.generate_data=False
 """
 
 from __future__ import annotations
@@ -115,7 +120,14 @@ def _install(out_dir: Path) -> None:
     StatsCounter.start_train, StatsCounter.end_train = counted_start, counted_end
 
 
+USAGE = "usage: python storage/dlio/counted_dlio.py <dlio_benchmark.main's arguments>"
+DOCS = "Docs: docs/load-profile.md (the replay); DLIO's own options: python -m dlio_benchmark.main --help, in .venv-dlio"
+
+
 def main() -> None:
+    if sys.argv[1:] in (["-h"], ["--help"]):  # this wrapper's own help; DLIO's is one command away
+        print(f"{USAGE}\n\n{__doc__.strip()}\n\n{DOCS}")
+        return
     here = str(Path(__file__).resolve().parent)
     # run as a script, this folder heads sys.path; its modules must not shadow DLIO's imports
     sys.path[:] = [entry for entry in sys.path if not entry or str(Path(entry).resolve()) != here]

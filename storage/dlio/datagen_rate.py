@@ -31,6 +31,9 @@ and `dlio_benchmark/common/enumerations.py`):
 Scaling: the reference's samples per file are kept and the file count is cut to about
 target_bytes / (record bytes x samples per file); when one reference file is already larger than
 target_bytes (flux: 554 MB, dlrm: 1.17 GB), one file is written with as many samples as fit.
+
+Example:
+    python -m storage.dlio.datagen_rate --benchmark retinanet --target-mb 256
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from typing import Any
 
 import yaml
 
-from common import registry
+from common import command_line, registry
 from common.spec import PublishedDatagen
 from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
 
@@ -317,7 +320,10 @@ def _figures(fmt: str, config: dict[str, Any], data: Path, run: _Run) -> dict[st
 # ---------------------------------------------------------------------------- command line
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.dlio.datagen_rate", description=__doc__.split("\n")[0])
+    parser = command_line.parser(
+        "storage.dlio.datagen_rate", __doc__.split("\n")[0],
+        example=command_line.example_in(__doc__),
+        docs="docs/load-profile.md")
     parser.add_argument("--benchmark", choices=models(),
                         help="one benchmark, by MLPerf Storage's model name (default: every registered one, in turn)")
     parser.add_argument("--target-mb", type=float, default=200.0, help="about this many MB (1e6 B) per benchmark")

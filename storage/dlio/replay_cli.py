@@ -1,6 +1,10 @@
 """`python -m storage.dlio replay RUN_DIR [--work-dir D] [--keep-data] [--reader generic|plugin|storage|object]
 [--dlio 2.0.0|3.0]`
-(dispatched by __main__)."""
+(dispatched by __main__).
+
+Example:
+    python -m storage.dlio replay runs/recommendation_v4/myrun --reader plugin
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,15 @@ import signal
 import sys
 from pathlib import Path
 
+from common import command_line
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m storage.dlio replay",
-        description="Replays RUN_DIR's exported DLIO 2.0.0 workload (the DLIO env .venv-dlio/ is built on first "
-                    "use) and prints measured vs replayed samples/s, MB/s and AU.")
+    parser = command_line.parser(
+        "storage.dlio replay", "Replays RUN_DIR's exported DLIO 2.0.0 workload (the DLIO env .venv-dlio/ is built on first "
+        "use) and prints measured vs replayed samples/s, MB/s and AU.",
+        example=command_line.example_in(__doc__),
+        docs="docs/load-profile.md")
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
                         help="a run directory with load_profile.json and dlio/")
     parser.add_argument("--work-dir", type=Path, default=None,
@@ -77,7 +84,3 @@ class Stopped(BaseException):
 
 def _stop(signum: int, frame: object) -> None:
     raise Stopped(signum)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

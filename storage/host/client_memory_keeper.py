@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import command_line
 from storage.host.cgroups import CgroupError, remove_cgroup
 from storage.host.client_memory import GIB, members, oom_kills, read_stats, running
 
@@ -72,11 +73,22 @@ def keep(cgroup: Path, *, version: int, home: Path, owner: int, limit_bytes: int
 
 
 def main(argv: list[str]) -> int:
+    parser = command_line.parser(
+        "storage.host.client_memory_keeper", __doc__.split("\n\n")[0],
+        example="python -m storage.host.client_memory_keeper /sys/fs/cgroup/memory/mlperf-client-4242 1 "
+                "/sys/fs/cgroup/memory 4242 8589934592 storage.Emulation.client_memory_gib=8   # started by the run",
+        docs="docs/emulation.md")
+    parser.add_argument("cgroup", type=Path, help="the run's client-memory cgroup")
+    parser.add_argument("version", type=int, choices=(1, 2), help="its cgroup version")
+    parser.add_argument("home", type=Path, help="the cgroup the run's processes came from")
+    parser.add_argument("owner", type=int, metavar="owner_pid", help="the run's local rank 0")
+    parser.add_argument("limit_bytes", type=int, help="the cgroup's memory limit")
+    parser.add_argument("setting", help="the binding that set the limit, named in the OOM line")
+    args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    cgroup, version, home, owner, limit_bytes, setting = argv
-    return keep(Path(cgroup), version=int(version), home=Path(home), owner=int(owner),
-                limit_bytes=int(limit_bytes), setting=setting)
+    return keep(args.cgroup, version=args.version, home=args.home, owner=args.owner, limit_bytes=args.limit_bytes,
+                setting=args.setting)
 
 
 if __name__ == "__main__":

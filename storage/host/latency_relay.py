@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import command_line
 from common.processes.identity import ProcessIdentity
 
 CHUNK = 256 << 10  # bytes read at a time
@@ -379,7 +380,10 @@ def _on_time() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
+    parser = command_line.parser(
+        "storage.host.latency_relay", __doc__.split("\n\n")[0],
+        example="python -m storage.host.latency_relay --target 127.0.0.1:9000 --listen 127.0.0.1:9010 --latency-ms 10",
+        docs="docs/latency.md")
     parser.add_argument("--target", required=True, help="HOST:PORT the relay forwards to (the storage's server)")
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT it listens on (default 127.0.0.1, any port)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="round trip added per request-response (ms)")

@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import command_line
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
@@ -243,8 +244,10 @@ def _open_env_file(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.host.object_endpoint", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser(
+        "storage.host.object_endpoint", __doc__,
+        example="python -m storage.host.object_endpoint serve --root /srv/s3 --read-mb-s 4 --env-file /tmp/s3.env",
+        docs="docs/object-storage.md")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve --root as S3 until SIGTERM")
     serve.add_argument("--root", type=Path, required=True, help="directory whose subdirectories are the buckets")

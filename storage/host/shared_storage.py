@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from common import command_line
 from common.processes.identity import ProcessIdentity
 from storage.host import loopback_limit
 from storage.host.commands import run_checked
@@ -343,8 +344,10 @@ class SharedStorage:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m storage.host.shared_storage",
-                                     description="A shared export read over a limited link by emulated client hosts.")
+    parser = command_line.parser(
+        "storage.host.shared_storage", "A shared export read over a limited link by emulated client hosts.",
+        example="python -m storage.host.shared_storage up --work /root/shared --export /srv/export --mount /mnt/shared --hosts 2",
+        docs="docs/multi-host.md")
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start the server, the link limit, the hosts and their mounts")
     up.add_argument("--work", type=Path, required=True, help="the folder of its state, sshd's log and the hosts' namespaces (root's alone, and every "

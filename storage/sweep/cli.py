@@ -53,6 +53,9 @@ through the same endpoint; needs the .venv-dlio3 env).
 storage brought up with --latency-ms 0: storage.sweep.latency) before the counts; several values sweep
 it: one sweep per latency under <out>/latency_<L>ms/, and the answer against the latency, ours and
 DLIO's, in <out>'s sweep.json, sweep.md and sweep.png.
+
+Example:
+    python -m storage.sweep --benchmark flux --accelerator b200 --gin_config flux/configs/debug.gin --read-mb-s 64
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from common import registry
+from common import command_line, registry
 from common.processes.session import Session
 from storage.compute_times import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
@@ -199,10 +202,11 @@ def _package(name: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m storage.sweep",
-        description="Emulated-accelerator runs at 1, 2, 4, ... ranks until the mean AU falls under the workload's "
-                    "threshold: the most accelerators of a kind this storage keeps busy (MLPerf Storage's answer).")
+    parser = command_line.parser(
+        "storage.sweep", "Emulated-accelerator runs at 1, 2, 4, ... ranks until the mean AU falls under the workload's "
+        "threshold: the most accelerators of a kind this storage keeps busy (MLPerf Storage's answer).",
+        example=command_line.example_in(__doc__),
+        docs="docs/emulation.md")
     parser.add_argument("--benchmark", required=True, type=_package,
                         help="a registered benchmark (its package, MLPerf Training or MLPerf Storage name)")
     parser.add_argument("--accelerator", required=True,
@@ -537,7 +541,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

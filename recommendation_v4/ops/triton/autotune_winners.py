@@ -21,11 +21,16 @@ from typing import Sequence
 
 import torch
 
+from common import command_line
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser(
+        "recommendation_v4.ops.triton.autotune_winners", __doc__,
+        example="TRITON_INTERPRET=1 python -m recommendation_v4.ops.triton.autotune_winners --batch-size 2 --max-seq-len 64 --dtype float32   # a dry run on a CPU",
+        docs="docs/accelerator-check.md")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per batch")
     parser.add_argument("--max-seq-len", type=int, default=512, help="longest sequence (attention shape key)")
     parser.add_argument("--heads", type=int, default=4)
