@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from storage.host.throttle import ThrottledStorage  # noqa: E402
+from storage.backends.throttle import ThrottledStorage  # noqa: E402
 
 MIB = 1 << 20
 

@@ -8,7 +8,7 @@ read cold by one emulated accelerator through the trainer's own loader. Root onl
 Each benchmark's reference recipe with its storage overlay (<pkg>/configs/storage.gin: the
 recipe's loader on synthetic data at the reference shapes) runs once, emulating the overlay's
 accelerator at the table's batch. The dataset is first copied onto its own ext4 loop device
-(storage.host.throttle.ThrottledStorage, no limit), so that the device's /proc/diskstats
+(storage.backends.throttle.ThrottledStorage, no limit), so that the device's /proc/diskstats
 counters are this run's alone; the run drops the files from the page cache before it reads. The
 loader runs in the trainer's process (no workers), so that every batch read is one the profile
 counts (a worker's batches in flight at the end would be read and never counted).
@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 # package -> (reference recipe, the dataset's folder under the data root, its DataConfig, steps, bindings)
 # The loader prepares the next window's first batch ahead: short windows keep that batch within the

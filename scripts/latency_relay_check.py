@@ -1,4 +1,4 @@
-"""What the latency relay (storage.host.latency_relay) adds, measured: the round trip of small
+"""What the latency relay (storage.backends.latency_relay) adds, measured: the round trip of small
 request-responses through it against the same echo server directly, at each --latency-ms, and the
 rate of one large answer from a server held to --link-mb-s by tc on lo, directly and through a relay
 at --throughput-latency-ms, with the relay's CPU time. Root (tc, and the real-time class for the
@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.processes.identity import ProcessIdentity  # noqa: E402
-from storage.host import loopback_limit  # noqa: E402
-from storage.host.latency_relay import LatencyRelay  # noqa: E402
-from storage.host.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender  # noqa: E402
+from storage.backends import loopback_limit  # noqa: E402
+from storage.backends.latency_relay import LatencyRelay  # noqa: E402
+from storage.backends.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender  # noqa: E402
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)

@@ -6,7 +6,7 @@ all reading from one loop device whose reads a cgroup holds to a chosen rate. Ro
         [--ranks 1] [--readers generic plugin generic-3.0 plugin-3.0] [--out DIR] [--keep-reclaim]
 
 Per benchmark (its read limit, step time, batch and workers from SETTINGS, or the flags):
-1. an ext4 file system on a loop device (storage.host.throttle.ThrottledStorage);
+1. an ext4 file system on a loop device (storage.backends.throttle.ThrottledStorage);
 2. the benchmark's debug dataset written there by a 2-step emulated run outside the cgroup;
 3. the measured emulated run inside the cgroup (it evicts its dataset first) -> load_profile.json;
 4. `export` of that run, then each replay run by this script's `_replay` entry inside the cgroup,
@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from storage.host.proactive_reclaim import paused_for_storage_runs  # noqa: E402
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 MIB = 1 << 20
 # benchmark -> (debug gin config, extra bindings, DataConfig name, read MiB/s, s per step, batch, workers,

@@ -10,7 +10,7 @@ device whose reads a cgroup holds to a chosen rate. Root only.
 at its reference's data path (docs/fidelity.md) with the debug configs' small shapes; --data-path
 debug runs the debug configs' own loader settings, as the knees before 2026-11-28 did.)
 
-1. An ext4 file system on a loop device (storage.host.throttle.ThrottledStorage), read-limited
+1. An ext4 file system on a loop device (storage.backends.throttle.ThrottledStorage), read-limited
    to --read-mbps MiB/s for the processes of its cgroup.
 2. The benchmark's dataset written onto it by one short emulated run outside the cgroup
    (the trainers generate what is missing and run their one-time phases, e.g. DLRM-HSTU's cache
@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from storage.host.proactive_reclaim import paused_for_storage_runs  # noqa: E402
 from storage.load_profile.session import PROFILE_FILE  # noqa: E402
 from storage.sweep.phases import lines as phase_lines  # noqa: E402
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason  # noqa: E402
 
 # Each benchmark's sweep: its small shapes (the debug config's model and data sizes, so the 2 cores
 # are not the limit) with its reference's data path (docs/fidelity.md): the loader settings the

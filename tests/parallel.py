@@ -33,12 +33,12 @@ UNKNOWN_SECONDS = 0.5
 
 # one worker each, in order: what cannot share the machine (the files' docstrings say what they start)
 RESOURCE_GROUPS: dict[str, tuple[str, ...]] = {
-    # the one tc limit on lo (storage.host.loopback_limit) and the client-memory cgroups' parent, whose
+    # the one tc limit on lo (storage.backends.loopback_limit) and the client-memory cgroups' parent, whose
     # reaping of cgroups left by dead makers a second run would race (storage.host.client_memory)
     "loopback": (
-        "tests/storage/host/test_object_endpoint.py",
-        "tests/storage/host/test_latency_relay.py",
-        "tests/storage/host/test_shared_storage.py",
+        "tests/storage/backends/test_object_endpoint.py",
+        "tests/storage/backends/test_latency_relay.py",
+        "tests/storage/backends/test_shared_storage.py",
         "tests/storage/host/test_client_memory.py",
         "tests/storage/emulation/test_client_host.py",
         "tests/storage/sweep/test_object_store_sweep.py",
@@ -46,8 +46,8 @@ RESOURCE_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # loop devices (max_loop=8 here) and their throttled direct reads of one disk
     "block_devices": (
-        "tests/storage/host/test_throttle.py",
-        "tests/storage/host/test_sequential_rates.py",
+        "tests/storage/backends/test_throttle.py",
+        "tests/storage/backends/test_sequential_rates.py",
         "tests/storage/host/test_cold_reads.py",
         "tests/storage/host/test_page_cache.py",
         "tests/storage/load_profile/test_block_device.py",

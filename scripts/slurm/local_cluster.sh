@@ -22,9 +22,9 @@
 # take the next two; default 16817), SLURM_LOCAL_CPUS (CPUs each emulated node offers; default
 # 4, more than the machine has is fine: tasks only share its cores), SLURM_LOCAL_KILLWAIT
 # (seconds between SIGTERM and SIGKILL at a time limit or scancel; default 30, as Slurm's),
-# SLURM_LOCAL_HOSTS_DIR (the root of emulated client hosts named n1 and n2, storage/host/emulated_hosts.py:
+# SLURM_LOCAL_HOSTS_DIR (the root of emulated client hosts named n1 and n2, storage/backends/emulated_hosts.py:
 # each slurmd then runs in its node's mount and UTS namespaces, so a job step on n1 has n1's hostname
-# and sees n1's mounts, e.g. its own sshfs mount of a shared export, storage/host/shared_storage.py).
+# and sees n1's mounts, e.g. its own sshfs mount of a shared export, storage/backends/shared_storage.py).
 set -euo pipefail
 
 action="${1:-up}"
@@ -33,7 +33,7 @@ port="${SLURM_LOCAL_PORT:-16817}"
 cpus="${SLURM_LOCAL_CPUS:-4}"
 killwait="${SLURM_LOCAL_KILLWAIT:-30}"
 hosts_dir="${SLURM_LOCAL_HOSTS_DIR:-}"
-agent="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/storage/host/emulated_host_ssh"
+agent="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/storage/backends/emulated_host_ssh"
 nodes=(n1 n2)
 conf="$root/slurm.conf"
 export SLURM_CONF="$conf"
@@ -166,7 +166,7 @@ up() {
     if [[ -n "$hosts_dir" ]]; then
       # entered through the hosts' own agent, which checks that the holder's pid is still the holder
       MLPERF_EMULATED_HOSTS="$hosts_dir" "$agent" "$node" true \
-        || die "SLURM_LOCAL_HOSTS_DIR=$hosts_dir has no live emulated host $node (storage/host/emulated_hosts.py makes them)" 2
+        || die "SLURM_LOCAL_HOSTS_DIR=$hosts_dir has no live emulated host $node (storage/backends/emulated_hosts.py makes them)" 2
       MLPERF_EMULATED_HOSTS="$hosts_dir" "$agent" "$node" "$(printf '%q ' slurmd -f "$conf" -N "$node")" \
         || die "slurmd -N $node did not start; see $root/log/slurmd-$node.log"
     else

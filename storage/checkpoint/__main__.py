@@ -7,7 +7,7 @@ do (write K, read K), through the real DCP writer and checkpoint manager, withou
     --saves 2 --restores 2          K saves, then K restores of the newest ones, cold
     --write-mib-s 400 --read-mib-s 800 --device-gib 40
                                     on a fresh ext4 loop device of that size with those blkio limits
-                                    (storage.host.throttle), instead of --root's own storage
+                                    (storage.backends.throttle), instead of --root's own storage
     --accelerator b200              the compute time the AU cost is stated for (the spec's CSV)
 
 Prints a table and writes checkpoint.json (and plan/, the plan it used) into --out. Every refusal is one
@@ -48,7 +48,7 @@ from storage.checkpoint.rank_main import HOST_RESULT, SAVE_FAILED, parse_ranks
 from storage.checkpoint.report import GB, lines, summarize
 from storage.checkpoint.root_claim import claim, foreign_contents
 from storage import compute_times
-from storage.host.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
 
 MIB = 1 << 20
 

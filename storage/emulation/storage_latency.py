@@ -1,5 +1,5 @@
 """The storage's latency as an emulated run found it, for emulation.json: the delay each of the storage's
-latency relays (storage.host.latency_relay) had applied when the run's plan was made and when it was
+latency relays (storage.backends.latency_relay) had applied when the run's plan was made and when it was
 summarized.
 
 A run learns of its storage's relays from its environment, where whoever brought the storage up put them:
@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from storage.host.emulated_hosts import ROOT_VARIABLE as EMULATED_HOSTS_VARIABLE
-from storage.host.latency_relay import RELAYS_VARIABLE
+from storage.backends.emulated_hosts import ROOT_VARIABLE as EMULATED_HOSTS_VARIABLE
+from storage.backends.latency_relay import RELAYS_VARIABLE
 
 
 def relay_controls(environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -27,7 +27,7 @@ def relay_controls(environ: Mapping[str, str] = os.environ) -> list[Path]:
     controls = [Path(p) for p in environ.get(RELAYS_VARIABLE, "").split(os.pathsep) if p]
     hosts_root = environ.get(EMULATED_HOSTS_VARIABLE)
     if hosts_root:
-        from storage.host.shared_storage import SharedStorage, SharedStorageError
+        from storage.backends.shared_storage import SharedStorage, SharedStorageError
 
         try:
             storage = SharedStorage.load(Path(hosts_root))

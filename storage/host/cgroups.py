@@ -1,4 +1,4 @@
-"""The cgroup plumbing the host tools share (storage.host.throttle's read limit, storage.host.
+"""The cgroup plumbing the host tools share (storage.backends.throttle's read limit, storage.host.
 client_memory's memory limit): finding the hierarchies, writing a control file, emptying and
 removing a cgroup. Root only for everything that writes."""
 

@@ -19,7 +19,7 @@ Across client hosts, as MLPerf Storage runs DLIO on every client host (storage.s
 the N ranks of a point spread over the hosts as mlpstorage spreads them; the headline is the
 cluster's, and sweep.md adds each host's figures and hosts/n<N>_<host>.png its series over the run
 (storage.host.host_series). --emulated-hosts R names the client hosts emulated on this machine
-(storage.host.shared_storage) that MPI reaches through storage/host/emulated_host_ssh.
+(storage.backends.shared_storage) that MPI reaches through storage/backends/emulated_host_ssh.
 
 --client-host-memory-in-gb holds each point's ranks and loader workers on the host to G GiB of
 memory, page cache included (storage.Emulation.client_host_memory_in_gb: a memory cgroup, root), so
@@ -235,8 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mpiexec", default=None,
                         help="--launcher mpi: the MPI launcher (default: mpiexec on PATH, else the DLIO env's)")
     parser.add_argument("--emulated-hosts", type=Path, default=None,
-                        help="the root of client hosts emulated on this machine (storage.host.shared_storage up's "
-                             "--work): MPI reaches them with storage/host/emulated_host_ssh instead of ssh")
+                        help="the root of client hosts emulated on this machine (storage.backends.shared_storage up's "
+                             "--work): MPI reaches them with storage/backends/emulated_host_ssh instead of ssh")
     parser.add_argument("--master-addr", default=None,
                         help="where rank 0 listens (default: the first host's address)")
     parser.add_argument("--phases-from", type=Path, default=None,
@@ -409,7 +409,7 @@ def phase_summary(args: argparse.Namespace, points: Sequence[Point]) -> dict[str
 
 
 def _probe(points: Sequence[Point], megabytes: float) -> dict[str, Any]:
-    from storage.host.sequential_rates import RateProbeError, sequential_rates
+    from storage.backends.sequential_rates import RateProbeError, sequential_rates
 
     if not megabytes:
         return {"unavailable": "--phase-probe-mb 0"}

@@ -1,9 +1,9 @@
 """The sweep at one or several storage latencies (storage.sweep --latency-ms): the relays it sets, and the
 table and plot of the answer against the latency.
 
-The latency is added by the relays the storage was brought up with (storage.host.latency_relay): one per
-emulated host in front of the shared storage (`storage.host.shared_storage up --latency-ms 0`, found
-through --emulated-hosts) and one in front of the S3 endpoint (`storage.host.object_endpoint serve
+The latency is added by the relays the storage was brought up with (storage.backends.latency_relay): one per
+emulated host in front of the shared storage (`storage.backends.shared_storage up --latency-ms 0`, found
+through --emulated-hosts) and one in front of the S3 endpoint (`storage.backends.object_endpoint serve
 --latency-ms 0`, whose env file names its control file in MLPERF_LATENCY_RELAYS). Before each latency's
 counts the sweep sets every relay to it and waits until each has applied it; a storage without a relay
 is refused, so that a latency is never recorded that the runs did not have.
@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
+from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
 from storage.sweep.plot import bar
 from storage.sweep.rules import SweepError
 
@@ -43,7 +43,7 @@ def relay_controls(emulated_hosts: Path | None, environ: Mapping[str, str] = os.
     environment names (the S3 endpoint's). SweepError naming --latency-ms where there is none."""
     controls: list[Path] = []
     if emulated_hosts is not None:
-        from storage.host.shared_storage import SharedStorage, SharedStorageError
+        from storage.backends.shared_storage import SharedStorage, SharedStorageError
 
         try:
             storage = SharedStorage.load(emulated_hosts)
@@ -59,7 +59,7 @@ def relay_controls(emulated_hosts: Path | None, environ: Mapping[str, str] = os.
             raise SweepError(f"--latency-ms: {error}") from None
     if not controls:
         raise SweepError("--latency-ms: the storage has no latency relay: bring it up with --latency-ms 0 "
-                         "(storage.host.shared_storage up, with --emulated-hosts here; or storage.host.object_endpoint "
+                         "(storage.backends.shared_storage up, with --emulated-hosts here; or storage.backends.object_endpoint "
                          f"serve, whose env file sets {RELAYS_VARIABLE})")
     return controls
 
@@ -109,7 +109,7 @@ def latency_markdown(document: Mapping[str, Any]) -> str:
         (["DLIO's accelerators"] if with_dlio else []) + ["sweep"]
     lines = [f"# {document['benchmark']} on {document['accelerator']}: the answer against the storage's latency", "",
              f"AU threshold {bar(document['au_threshold'])}; the round trip the storage link adds to every "
-             "request-response (storage.host.latency_relay); each latency a full sweep. A '+' is a lower bound "
+             "request-response (storage.backends.latency_relay); each latency a full sweep. A '+' is a lower bound "
              "(every count run passed).", "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for r in rows:

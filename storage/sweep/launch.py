@@ -10,7 +10,7 @@
   --version): MPICH's Hydra (also Intel MPI's) `mpiexec -n N -hosts h1:s1,h2:s2 -genv NAME VALUE`
   (the ranks read PMI_RANK/PMI_SIZE), Open MPI's `mpiexec -n N --host h1:s1,h2:s2 -x NAME=VALUE
   --bind-to none` (OMPI_COMM_WORLD_RANK/SIZE). The launcher reaches each host with ssh, or with
-  `launcher_exec` (storage/host/emulated_host_ssh for the emulated hosts of one machine).
+  `launcher_exec` (storage/backends/emulated_host_ssh for the emulated hosts of one machine).
 
 Every launch runs the trainer the same way; only the prefix differs.
 """
@@ -215,11 +215,11 @@ def make_launcher(kind: str, *, hosts: Sequence[str], mpiexec: str | None, emula
         raise LaunchError(f"--emulated-hosts {emulated_hosts}: the standalone launcher runs every rank on this host; "
                           "the emulated hosts are reached with --launcher mpi --hosts (or slurm)")
     if emulated_hosts is not None:
-        from storage.host.emulated_hosts import AGENT, ROOT_VARIABLE
+        from storage.backends.emulated_hosts import AGENT, ROOT_VARIABLE
 
         if not (emulated_hosts / "ns").is_dir():
             raise LaunchError(f"--emulated-hosts {emulated_hosts}: no emulated hosts there (no ns/ folder; "
-                              "python -m storage.host.shared_storage up makes them)")
+                              "python -m storage.backends.shared_storage up makes them)")
         extra_env = ((ROOT_VARIABLE, str(emulated_hosts)),)
         launcher_exec = str(AGENT)
     if kind == "standalone":

@@ -12,7 +12,7 @@ cache was missing), or in the run that wrote the dataset (`--phases-from RUN_DIR
 storage is, in this order:
 - measured: the phase ran in a point, on this storage and under its limits;
 - derived from this file system's sequential rates, probed at the sweep's end in the sweep's own
-  process (storage.host.sequential_rates: the same cgroup and limits as the points): bytes read over
+  process (storage.backends.sequential_rates: the same cgroup and limits as the points): bytes read over
   the read rate plus bytes written over the write rate. That is the storage's share only; the phase's
   own CPU work is in its measured seconds, given beside;
 - derived from the highest device MB/s a point measured: reads only, the write time unknown.

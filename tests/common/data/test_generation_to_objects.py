@@ -60,7 +60,7 @@ def _generate_to(module: str, out: str, tmp_path, monkeypatch) -> int:
 @pytest.mark.parametrize("module", GENERATORS)
 def test_an_endpoint_that_does_not_answer_is_one_line_with_status_2_before_generating(module, tmp_path, monkeypatch,
                                                                                       capsys):
-    from storage.host.object_endpoint import free_port
+    from storage.backends.object_endpoint import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")

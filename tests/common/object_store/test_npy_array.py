@@ -15,7 +15,7 @@ from common.object_store import client, npy_array
 from common.object_store.location import ObjectPath
 from common.object_store.npy_array import ObjectNpyArray
 from common.object_store.requests import KINDS, RANGED_GET, process_tally
-from storage.host.object_endpoint import ObjectEndpoint
+from storage.backends.object_endpoint import ObjectEndpoint
 
 BUCKET = "bkt"
 ONE_D = (np.arange(1000, dtype=np.uint32) * 3) ^ 0x5A5A

@@ -30,7 +30,7 @@ from recommendation_v4.data.item_maps import ItemMaps
 from recommendation_v4.data.windows import AnchorWindows
 from recommendation_v4.data_setup import materialise
 from recommendation_v4.run_config import DataConfig
-from storage.host.object_endpoint import ObjectEndpoint
+from storage.backends.object_endpoint import ObjectEndpoint
 from tests.recommendation_v4.conftest import TINY, TINY_SIZE
 
 BUCKET = "bkt"

@@ -24,7 +24,7 @@ from storage.emulation import client_host
 from storage.emulation.client_host import hold_to_client_memory
 from storage.emulation.report import read_report
 from storage.host.client_memory import PREFIX, find_hierarchy, unavailable_reason
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 from storage.load_profile.session import PLOTS_VARIABLE
 from tests.environment import unavailable
 

@@ -17,7 +17,7 @@ from storage.host import client_memory
 from storage.host.client_memory import (GIB, PREFIX, ClientMemoryCgroup, ClientMemoryUnavailable, MemoryHierarchy,
                                         find_hierarchy, members, reap_left_behind, unavailable_reason)
 from storage.host.page_cache import evict
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 from storage.load_profile.block_device import diskstats
 from tests.environment import unavailable
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from storage.emulation.report import read_report
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 from tests.environment import unavailable
 from tests.trainers.trainer_process import run_command, trainer_command
 from tests.trainers.trainer_suite import TRAINERS

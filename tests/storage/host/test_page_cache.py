@@ -19,7 +19,7 @@ from storage.host.page_cache import (
     resident_bytes,
     resident_tree_bytes,
 )
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 
 from tests.environment import unavailable
 

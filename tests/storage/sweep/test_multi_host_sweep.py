@@ -1,7 +1,7 @@
 """The sweep across two client hosts sharing one storage over a limited link, under Slurm and MPI.
 
-Two emulated hosts (n1, n2: storage.host.emulated_hosts) each mount one sshfs export whose replies
-the link holds to LIMIT_MB_S (storage.host.shared_storage); FLUX's shards are on the export, 5x
+Two emulated hosts (n1, n2: storage.backends.emulated_hosts) each mount one sshfs export whose replies
+the link holds to LIMIT_MB_S (storage.backends.shared_storage); FLUX's shards are on the export, 5x
 each host's client memory. Each emulated accelerator sleeps SECONDS_PER_STEP per step of BATCH
 samples, so N of them ask the link for `N x link bytes per accelerator-step / SECONDS_PER_STEP` per
 second and are busy `min(1, LIMIT / that)` of the time. The link bytes of a point are what its
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.host.shared_storage import SharedStorage, unavailable_reason
+from storage.backends.shared_storage import SharedStorage, unavailable_reason
 from tests.environment import unavailable
 from tests.slurm.cluster import CLUSTER_SCRIPT, free_port
 from tests.trainers.trainer_process import REPO, trainer_env

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from flux.data.synthetic import main as generate
-from storage.host.object_endpoint import ObjectEndpoint
+from storage.backends.object_endpoint import ObjectEndpoint
 from tests.trainers.trainer_process import REPO, trainer_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.over_budget(

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO, trainer_env
 from tests.trainers.trainer_suite import TRAINERS

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from storage.host.latency_relay import LatencyRelay
+from storage.backends.latency_relay import LatencyRelay
 from storage.sweep import cli as sweep_module
 from storage.sweep.cli import main
 

@@ -12,8 +12,8 @@ import pytest
 
 from common.object_store import client
 from common.object_store.endpoint import Endpoint
-from storage.host import loopback_limit
-from storage.host.object_endpoint import ObjectEndpoint, ObjectEndpointError
+from storage.backends import loopback_limit
+from storage.backends.object_endpoint import ObjectEndpoint, ObjectEndpointError
 from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO
 
@@ -60,7 +60,7 @@ def test_rclone_limits_it_without_tc(tmp_path, monkeypatch):
 
 def test_the_command_line_serves_until_sigterm_and_keeps_the_keys_in_a_private_file(tmp_path):
     env_file = tmp_path / "env"
-    proc = subprocess.Popen([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+    proc = subprocess.Popen([sys.executable, "-m", "storage.backends.object_endpoint", "serve", "--root",
                              str(tmp_path / "root"), "--env-file", str(env_file)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -76,7 +76,7 @@ def test_the_command_line_serves_until_sigterm_and_keeps_the_keys_in_a_private_f
 
 
 def _serve(tmp_path, name: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+    return subprocess.Popen([sys.executable, "-m", "storage.backends.object_endpoint", "serve", "--root",
                              str(tmp_path / name), "--env-file", str(tmp_path / f"{name}.env"), *extra], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -102,7 +102,7 @@ def test_an_env_file_that_cannot_be_written_is_one_line_and_leaves_nothing_runni
     if os.geteuid() != 0:
         unavailable("tc on lo needs root")
     (tmp_path / "a").mkdir()
-    refused = subprocess.run([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root",
+    refused = subprocess.run([sys.executable, "-m", "storage.backends.object_endpoint", "serve", "--root",
                               str(tmp_path / "a"), "--read-mb-s", "4", "--env-file", str(tmp_path / "no" / "env")],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
@@ -146,7 +146,7 @@ def test_a_relay_adds_the_latency_to_every_request_and_takes_a_new_one(tmp_path,
 
 
 def _refused(tmp_path, root, env_file, *extra: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "storage.host.object_endpoint", "serve", "--root", str(root),
+    proc = subprocess.run([sys.executable, "-m", "storage.backends.object_endpoint", "serve", "--root", str(root),
                            "--env-file", str(env_file), *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

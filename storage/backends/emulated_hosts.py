@@ -7,7 +7,7 @@ in <root>/ns/<host>.pid, so that a recycled pid is never entered; the holder is 
 them alive):
 
 - its hostname is the host's name (the run's per-host grouping, Slurm's node, MPI's host);
-- a mount made inside (a FUSE `sshfs` of the shared export, storage.host.shared_storage) is seen
+- a mount made inside (a FUSE `sshfs` of the shared export, storage.backends.shared_storage) is seen
   only there, at the same path on every host, as a parallel file system's mount is on a cluster;
   each mount has its own page cache, so a second host's first read goes to the storage again;
 - mounts made outside afterwards still appear inside (slave propagation): the rest of the
@@ -17,7 +17,7 @@ them alive):
   an MPI launcher that runs on one host still sees the others as other hosts (not its own address).
 
 Slurm's local nodes run their slurmd in their host's namespaces (scripts/slurm/local_cluster.sh,
-SLURM_LOCAL_HOSTS_DIR), and MPI reaches a host through `storage/host/emulated_host_ssh`, the
+SLURM_LOCAL_HOSTS_DIR), and MPI reaches a host through `storage/backends/emulated_host_ssh`, the
 launcher agent that stands where ssh would on a cluster. Root only (unshare, mount).
 """
 

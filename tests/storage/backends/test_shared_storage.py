@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.host.emulated_hosts import AGENT, EmulatedHosts, EmulatedHostsError, check_names
-from storage.host.root_folder import trusted_folder
-from storage.host.shared_storage import SharedStorage, SharedStorageError, main, unavailable_reason
-from storage.host.sshd_server import SERVER_ROOT
+from storage.backends.emulated_hosts import AGENT, EmulatedHosts, EmulatedHostsError, check_names
+from storage.backends.root_folder import trusted_folder
+from storage.backends.shared_storage import SharedStorage, SharedStorageError, main, unavailable_reason
+from storage.backends.sshd_server import SERVER_ROOT
 from tests.environment import unavailable
 
 LIMIT_MB_S = 8.0

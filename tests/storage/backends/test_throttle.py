@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.host import throttle
+from storage.backends import throttle
 from storage.host.page_cache import evict
-from storage.host.throttle import (
+from storage.backends.throttle import (
     ThrottledStorage,
     ThrottleError,
     ThrottleUnavailable,

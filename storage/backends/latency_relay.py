@@ -3,14 +3,14 @@ one-way delay in each direction, so that each request-response across it gains t
 
 This machine's kernel has neither netem nor device-mapper, so the delay is added in user space, on the
 paths that already cross a TCP connection: an emulated host's sshfs connection to the shared storage
-(storage.host.shared_storage) and the S3 endpoint's clients (storage.host.object_endpoint).
+(storage.backends.shared_storage) and the S3 endpoint's clients (storage.backends.object_endpoint).
 
     relay = LatencyRelay(target=("127.0.0.2", 2222), latency_ms=2.0, control=work / "n1.latency.json").start()
     connect to relay.address ...            # each request-response gains 2 ms (1 ms each way)
     relay.set(latency_ms=5.0)               # a sweep's next latency, on the open connections too
     relay.stop()
 
-    python -m storage.host.latency_relay --target HOST:PORT --latency-ms L [--jitter-ms J] [--listen HOST:PORT]
+    python -m storage.backends.latency_relay --target HOST:PORT --latency-ms L [--jitter-ms J] [--listen HOST:PORT]
         [--control FILE] [--owner PID:START] [--seed S]
 
 - **The delay**: `latency_ms` is the round trip a request-response gains; each direction holds each
@@ -70,7 +70,7 @@ START_S = 20.0
 APPLY_S = 10.0
 LATENESS_WINDOW, LATENESS_EVERY = 64, 16  # sends whose lateness sets the early wake-up, and how often
 MAX_EARLY_NS = 500_000
-MODULE = "storage.host.latency_relay"
+MODULE = "storage.backends.latency_relay"
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _PR_SET_PDEATHSIG, _PR_SET_TIMERSLACK = 1, 29
 _EOF = b""
@@ -81,7 +81,7 @@ class LatencyRelayError(RuntimeError):
 
 
 # where a storage's relays are named to the runs that read through them: their control files, os.pathsep between
-# (storage.host.object_endpoint writes it into its env file; storage.sweep and the runs read it)
+# (storage.backends.object_endpoint writes it into its env file; storage.sweep and the runs read it)
 RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"
 
 
@@ -381,8 +381,8 @@ def _on_time() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_line.parser(
-        "storage.host.latency_relay", __doc__.split("\n\n")[0],
-        example="python -m storage.host.latency_relay --target 127.0.0.1:9000 --listen 127.0.0.1:9010 --latency-ms 10",
+        "storage.backends.latency_relay", __doc__.split("\n\n")[0],
+        example="python -m storage.backends.latency_relay --target 127.0.0.1:9000 --listen 127.0.0.1:9010 --latency-ms 10",
         docs="docs/latency.md")
     parser.add_argument("--target", required=True, help="HOST:PORT the relay forwards to (the storage's server)")
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT it listens on (default 127.0.0.1, any port)")

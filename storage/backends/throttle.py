@@ -26,7 +26,7 @@ from pathlib import Path
 
 from storage.host.cgroups import (MOUNTS, CgroupError, cgroup_mounts, no_controller, remove_cgroup, v2_controllers,
                                    write)
-from storage.host.throttle_leftovers import reap
+from storage.backends.throttle_leftovers import reap
 
 
 LOOP_CONTROL = Path("/dev/loop-control")

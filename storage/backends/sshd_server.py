@@ -1,4 +1,4 @@
-"""The shared storage's server (storage.host.shared_storage): an sshd of its own that serves one export
+"""The shared storage's server (storage.backends.shared_storage): an sshd of its own that serves one export
 over SFTP, and nothing else, to the one key it made.
 
 Each start makes a fresh folder under SERVER_ROOT (/run/mlperf-shared-storage/, root's alone: sshd's
@@ -33,7 +33,7 @@ from typing import Any
 
 from common.processes.identity import ProcessIdentity
 from storage.host.commands import run_checked
-from storage.host.root_folder import UnsafeFolder, trusted_folder
+from storage.backends.root_folder import UnsafeFolder, trusted_folder
 
 ADDRESS = "127.0.0.2"
 SERVER_ROOT = Path("/run/mlperf-shared-storage")

@@ -3,27 +3,27 @@
 What a storage team's cluster has, built from Debian packages and kept on loopback addresses:
 
 - the server: an `sshd` of its own on ADDRESS (127.0.0.2) and a free port, serving `export` over
-  SFTP and nothing else (storage.host.sshd_server: fresh keys each `up`, root's key forced to
+  SFTP and nothing else (storage.backends.sshd_server: fresh keys each `up`, root's key forced to
   internal-sftp in a chroot that holds the export alone; nothing of the system's ssh setup is read
   or changed);
 - the link: the server's replies (source ADDRESS and its port) limited to `read_mb_s` MB/s on
   `lo` by `tc` (an htb class and a u32 filter; every other packet on lo bypasses it), shared
   by every host, as a storage server's network port is;
 - the clients: one FUSE `sshfs` mount of the export per emulated host
-  (storage.host.emulated_hosts), at the same path `mount` on every host, with the kernel's page
+  (storage.backends.emulated_hosts), at the same path `mount` on every host, with the kernel's page
   cache kept across opens (`kernel_cache`): each host caches what it read, and only that;
 - the link's latency (`latency_ms`, with `jitter_ms`): each host's sshfs connection goes through a
-  relay of its own (storage.host.latency_relay, on ADDRESS, living as long as the sshd) that adds that
+  relay of its own (storage.backends.latency_relay, on ADDRESS, living as long as the sshd) that adds that
   round trip to every request-response; `latency` changes it while everything runs (a sweep's next
   latency). Without `latency_ms`, sshfs connects to the sshd itself.
 
-    python -m storage.host.shared_storage up --work W --export E --hosts n1,n2 --mount M [--read-mb-s 8]
+    python -m storage.backends.shared_storage up --work W --export E --hosts n1,n2 --mount M [--read-mb-s 8]
         [--latency-ms 1 [--jitter-ms 0.2]]
-    python -m storage.host.shared_storage latency --work W --latency-ms 5 [--jitter-ms 0]
-    python -m storage.host.shared_storage down --work W
+    python -m storage.backends.shared_storage latency --work W --latency-ms 5 [--jitter-ms 0]
+    python -m storage.backends.shared_storage down --work W
 
 Root only. W holds the state (W/shared_storage.json), the server's log and the hosts' namespaces: it
-must be root's alone, and so must every folder above it (storage.host.root_folder; made 0700 when
+must be root's alone, and so must every folder above it (storage.backends.root_folder; made 0700 when
 missing), since root acts on what it finds there. `down` (and a later `up` in the same W, which first
 tears down what a killed one left) reads the state only when root wrote it, and signals or enters
 only the processes it started (pid and start time). A missing tool or right is one line naming it.
@@ -43,12 +43,12 @@ from typing import Any, Sequence
 
 from common import command_line
 from common.processes.identity import ProcessIdentity
-from storage.host import loopback_limit
+from storage.backends import loopback_limit
 from storage.host.commands import run_checked
-from storage.host.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
-from storage.host.latency_relay import LatencyRelay, LatencyRelayError, check_delay, set_delay
-from storage.host.root_folder import UnsafeFolder, check_file, check_folder, check_no_links, check_path_to_make, trusted_folder
-from storage.host.sshd_server import ADDRESS, SshdServer, SshdServerError
+from storage.backends.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
+from storage.backends.latency_relay import LatencyRelay, LatencyRelayError, check_delay, set_delay
+from storage.backends.root_folder import UnsafeFolder, check_file, check_folder, check_no_links, check_path_to_make, trusted_folder
+from storage.backends.sshd_server import ADDRESS, SshdServer, SshdServerError
 
 STATE_FILE = "shared_storage.json"
 STATE_FORMAT = 2  # pids with their start times; the server's folder under /run
@@ -109,7 +109,7 @@ class SharedStorage:
         return self.work / "relays"
 
     def relay_controls(self) -> list[Path]:
-        """The control files of the hosts' relays (storage.host.latency_relay.set_delay), in host order."""
+        """The control files of the hosts' relays (storage.backends.latency_relay.set_delay), in host order."""
         return [self.relays[h].control for h in self.hosts if h in self.relays and self.relays[h].control]
 
     @property
@@ -252,7 +252,7 @@ class SharedStorage:
         self._reap_left_link()
         try:
             loopback_limit.install(address=ADDRESS, port=self.port, read_mb_s=self.read_mb_s, holder=self.work,
-                                   release_hint="python -m storage.host.shared_storage down --work {owner}, or "
+                                   release_hint="python -m storage.backends.shared_storage down --work {owner}, or "
                                                 "stop the object endpoint serving from {owner}",
                                    process=self.server.process if self.server else None)
         except loopback_limit.LoopbackLimitError as error:
@@ -345,8 +345,8 @@ class SharedStorage:
 
 def _parser() -> argparse.ArgumentParser:
     parser = command_line.parser(
-        "storage.host.shared_storage", "A shared export read over a limited link by emulated client hosts.",
-        example="python -m storage.host.shared_storage up --work /root/shared --export /srv/export --mount /mnt/shared --hosts 2",
+        "storage.backends.shared_storage", "A shared export read over a limited link by emulated client hosts.",
+        example="python -m storage.backends.shared_storage up --work /root/shared --export /srv/export --mount /mnt/shared --hosts 2",
         docs="docs/multi-host.md")
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start the server, the link limit, the hosts and their mounts")

@@ -4,17 +4,17 @@ What the object-storage tests and the throttled sweeps read from. Each top-level
 `root` is a bucket. The access key and secret are made fresh for each start and handed over as
 the usual AWS variables (`env()`), never written to a file or printed; `read_mb_s` limits what
 the endpoint sends, shared by all its clients as an object store's front end is: by default with
-`tc` on its loopback port (storage.host.loopback_limit: root, and one limit per machine), or with
+`tc` on its loopback port (storage.backends.loopback_limit: root, and one limit per machine), or with
 rclone's own `--bwlimit` (`limit_with="rclone"`, no root needed; its token bucket can let a burst
 through at once, which inflates short runs).
 
-    python -m storage.host.object_endpoint serve --root DIR [--port P] [--read-mb-s R]
+    python -m storage.backends.object_endpoint serve --root DIR [--port P] [--read-mb-s R]
         [--limit-with tc|rclone] [--latency-ms L [--jitter-ms J]] --env-file F
 
 With `latency_ms` (0 too), the clients reach the endpoint through a relay
-(storage.host.latency_relay) that adds that round trip to every request: `env()`'s
+(storage.backends.latency_relay) that adds that round trip to every request: `env()`'s
 AWS_ENDPOINT_URL is the relay's, and MLPERF_LATENCY_RELAYS names its control file, through which a
-sweep sets its next latency (storage.host.latency_relay.set_delay). The relay dies with the process
+sweep sets its next latency (storage.backends.latency_relay.set_delay). The relay dies with the process
 that starts the endpoint.
 
 serves until SIGTERM or SIGINT, after writing the variables a client needs to F (mode 0600; the
@@ -37,9 +37,9 @@ from pathlib import Path
 
 from common import command_line
 from common.processes.identity import ProcessIdentity
-from storage.host import loopback_limit
-from storage.host.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
-from storage.host.root_folder import UnsafeFolder, check_folder, check_path_to_make
+from storage.backends import loopback_limit
+from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
+from storage.backends.root_folder import UnsafeFolder, check_folder, check_path_to_make
 
 ADDRESS = "127.0.0.1"
 LIMITERS = ("tc", "rclone")
@@ -245,8 +245,8 @@ def _open_env_file(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_line.parser(
-        "storage.host.object_endpoint", __doc__,
-        example="python -m storage.host.object_endpoint serve --root /srv/s3 --read-mb-s 4 --env-file /tmp/s3.env",
+        "storage.backends.object_endpoint", __doc__,
+        example="python -m storage.backends.object_endpoint serve --root /srv/s3 --read-mb-s 4 --env-file /tmp/s3.env",
         docs="docs/object-storage.md")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve --root as S3 until SIGTERM")

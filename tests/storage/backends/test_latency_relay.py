@@ -1,4 +1,4 @@
-"""The latency relay (storage.host.latency_relay): a request-response across it gains the set round trip,
+"""The latency relay (storage.backends.latency_relay): a request-response across it gains the set round trip,
 within 10%, against the same connection without it, measured in the same test; jitter never re-orders
 the stream; its throughput holds a tc-limited link's rate; it ends with its starter, its owner, SIGTERM
 and SIGKILL, leaving nothing. The round-trip tests measure with endpoints in the real-time class (root),
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from common.processes.identity import ProcessIdentity
-from storage.host import loopback_limit
-from storage.host.latency_relay import MODULE, LatencyRelay, LatencyRelayError, set_delay
-from storage.host.round_trip_probe import Listener, echo as echo_back, fetch_mb_s, round_trips_ms, sender
+from storage.backends import loopback_limit
+from storage.backends.latency_relay import MODULE, LatencyRelay, LatencyRelayError, set_delay
+from storage.backends.round_trip_probe import Listener, echo as echo_back, fetch_mb_s, round_trips_ms, sender
 from tests.environment import unavailable
 
 REPO = Path(__file__).resolve().parents[3]
@@ -142,7 +142,7 @@ def _gone(pid: int, within_s: float = 5.0) -> bool:
 STARTER = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from storage.host.latency_relay import LatencyRelay
+from storage.backends.latency_relay import LatencyRelay
 relay = LatencyRelay(target=("127.0.0.1", {port}), latency_ms=1.0).start()
 print(relay.process.pid, flush=True)
 time.sleep(600)
@@ -212,7 +212,7 @@ def test_bad_settings_are_one_line_naming_the_flag(tmp_path):
 
 
 def test_only_a_control_file_the_relay_marked_is_written_and_never_through_a_link(tmp_path):
-    from storage.host.latency_relay import CONTROL_FORMAT, _staging, _write_json
+    from storage.backends.latency_relay import CONTROL_FORMAT, _staging, _write_json
 
     listener = socket.create_server(("127.0.0.1", 0))  # the relay's target: never reached here
     control = tmp_path / "relay.json"

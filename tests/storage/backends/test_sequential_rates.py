@@ -1,4 +1,4 @@
-"""A file system's sequential write and read rates (storage.host.sequential_rates): the probe file goes
+"""A file system's sequential write and read rates (storage.backends.sequential_rates): the probe file goes
 whatever happens, its read is cold, and under a read limit the read rate is the limit's."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from collections import namedtuple
 
 import pytest
 
-from storage.host import sequential_rates as module
-from storage.host.sequential_rates import RateProbeError, sequential_rates
-from storage.host.throttle import ThrottledStorage, throttle_unavailable_reason
+from storage.backends import sequential_rates as module
+from storage.backends.sequential_rates import RateProbeError, sequential_rates
+from storage.backends.throttle import ThrottledStorage, throttle_unavailable_reason
 from tests.environment import unavailable
 from tests.trainers.trainer_process import REPO
 
 MIB = 1 << 20
-PROBE = ("import json, sys; from pathlib import Path; from storage.host.sequential_rates import sequential_rates; "
+PROBE = ("import json, sys; from pathlib import Path; from storage.backends.sequential_rates import sequential_rates; "
          "print(json.dumps(sequential_rates(Path(sys.argv[1]), int(sys.argv[2])).as_dict()))")
 
 
