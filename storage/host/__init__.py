@@ -1,3 +1,4 @@
-"""What the host does to reads: its page cache (evicting a dataset for cold reads, its size against
-the host's memory), its proactive reclaim, read-limited storage on a throttled loop device, and a file
-system's sequential write and read rates (sequential_rates)."""
+"""The client host: what it does to reads (its page cache, evicting a dataset for cold reads, its size
+against the host's memory; its proactive reclaim), the run's client memory (a cgroup and its keeper),
+the cgroup files both use, and each host's series (CPU, memory, reads) while a run trains. The storage
+a run reads from is storage.backends."""
