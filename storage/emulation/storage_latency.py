@@ -19,26 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.backends.emulated_hosts import ROOT_VARIABLE as EMULATED_HOSTS_VARIABLE
-from storage.backends.latency_relay import RELAYS_VARIABLE
+from storage.backends.relays import find_relays
 
 
 def relay_controls(environ: Mapping[str, str] = os.environ) -> list[Path]:
     """The control files of the relays the environment names (see the module doc), each once."""
-    controls = [Path(p) for p in environ.get(RELAYS_VARIABLE, "").split(os.pathsep) if p]
     hosts_root = environ.get(EMULATED_HOSTS_VARIABLE)
-    if hosts_root:
-        from storage.backends.shared_storage import SharedStorage, SharedStorageError
-
-        try:
-            storage = SharedStorage.load(Path(hosts_root))
-        except (SharedStorageError, OSError):
-            storage = None  # not readable here (not root, or not a shared storage's folder): no relays from it
-        if storage is not None:
-            controls += storage.relay_controls()
-    seen: dict[str, Path] = {}
-    for control in controls:
-        seen.setdefault(os.path.abspath(control), control)
-    return list(seen.values())
+    return find_relays(Path(hosts_root) if hosts_root else None, environ, skip_unreadable_hosts=True)
 
 
 def _applied(control: Path) -> dict[str, float] | None:

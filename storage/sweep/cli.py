@@ -255,8 +255,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """SweepError naming the flag for what argparse cannot check."""
+@dataclasses.dataclass(frozen=True)
+class SweepSetup:
+    """What the arguments resolve to once checked, before anything runs: the launcher of the points, the
+    latency relays the sweep sets (none without --latency-ms) and --phases-from's load profile."""
+
+    launcher: Launcher
+    relays: tuple[Path, ...] = ()
+    phases_profile: dict[str, Any] | None = None
+
+
+def check_arguments(args: argparse.Namespace) -> SweepSetup:
+    """SweepError naming the flag for what argparse cannot check; else what the arguments resolve to."""
     counts(args.max_accelerators)
     if args.steps < 2:  # AU counts the steps after the first: one step has none
         raise SweepError(f"--steps must be >= 2 (AU is measured over the steps after the first), got {args.steps}")
@@ -286,20 +296,22 @@ def check_arguments(args: argparse.Namespace) -> None:
                 from None
     if not 0 <= args.phase_probe_mb < math.inf:
         raise SweepError(f"--phase-probe-mb must be >= 0, got {args.phase_probe_mb:g}")
-    args.phases_profile = _phases_profile(args.phases_from) if args.phases_from is not None else None
+    phases_profile = _phases_profile(args.phases_from) if args.phases_from is not None else None
     if args.dlio_work_dir is not None and not args.dlio:
         raise SweepError("--dlio-work-dir is only used with --dlio")
     try:
-        args.launch = make_launcher(args.launcher, hosts=args.hosts, mpiexec=args.mpiexec,
-                                    emulated_hosts=args.emulated_hosts.resolve() if args.emulated_hosts else None,
-                                    master_addr=args.master_addr)
-        args.launch.placement(args.max_accelerators)  # slots given in --hosts must hold the last count
+        launcher = make_launcher(args.launcher, hosts=args.hosts, mpiexec=args.mpiexec,
+                                 emulated_hosts=args.emulated_hosts.resolve() if args.emulated_hosts else None,
+                                 master_addr=args.master_addr)
+        launcher.placement(args.max_accelerators)  # slots given in --hosts must hold the last count
     except LaunchError as error:
         raise SweepError(f"{error} (--max-accelerators {args.max_accelerators})" if "slots" in str(error)
                          else str(error)) from None
+    relays: list[Path] = []
     if args.latency_ms is not None:  # the relays that will add it, found before anything runs
         sweep_latency.check_latencies(args.latency_ms)
-        args.relays = sweep_latency.relay_controls(args.emulated_hosts.resolve() if args.emulated_hosts else None)
+        relays = sweep_latency.relay_controls(args.emulated_hosts.resolve() if args.emulated_hosts else None)
+    return SweepSetup(launcher=launcher, relays=tuple(relays), phases_profile=phases_profile)
 
 
 def output_folder(args: argparse.Namespace, folder: Path | None = None) -> Path:
@@ -323,8 +335,8 @@ def output_folder(args: argparse.Namespace, folder: Path | None = None) -> Path:
 class Sweep:
     """One sweep's settings and the measurement of one count (ours, then DLIO's with --dlio)."""
 
-    def __init__(self, args: argparse.Namespace, out: Path, latency_ms: float | None = None) -> None:
-        self.args, self.out, self.latency_ms = args, out, latency_ms
+    def __init__(self, args: argparse.Namespace, setup: SweepSetup, out: Path, latency_ms: float | None = None) -> None:
+        self.args, self.setup, self.out, self.latency_ms = args, setup, out, latency_ms
         self.gin_configs = [c.resolve() for c in args.gin_config]  # the launch runs in the repository root
         self.gin_bindings = list(args.gin_bindings)
         if args.client_host_memory_in_gb is not None:
@@ -332,7 +344,7 @@ class Sweep:
         if args.compute_times != "storage":
             self.gin_bindings.append(f"{COMPUTE_TIMES_BINDING} = {_gin_string(args.compute_times)}")
         self.dlio_root: Path | None = None
-        self.launcher: Launcher = getattr(args, "launch", None) or Launcher()
+        self.launcher: Launcher = setup.launcher
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def settings(self) -> dict[str, Any]:
@@ -343,7 +355,7 @@ class Sweep:
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "launcher": self.launcher.kind, "hosts": self.launcher.host_names() or None,
                 "dlio": a.dlio, "out": str(self.out), "created": self.created, "latency_ms": self.latency_ms,
-                "latency_relays": len(getattr(a, "relays", None) or []) or None,
+                "latency_relays": len(self.setup.relays) or None,
                 "phases_from": None if getattr(a, "phases_from", None) is None else str(a.phases_from)}
 
     def measure(self, n: int) -> Point:
@@ -398,9 +410,10 @@ def _phases_profile(run_dir: Path) -> dict[str, Any]:
     return profile
 
 
-def phase_summary(args: argparse.Namespace, points: Sequence[Point]) -> dict[str, Any] | None:
-    """sweep.json's `phases`, the sequential rates probed beside the dataset where a one-time phase needs them."""
-    profile = getattr(args, "phases_profile", None)
+def phase_summary(args: argparse.Namespace, profile: dict[str, Any] | None,
+                  points: Sequence[Point]) -> dict[str, Any] | None:
+    """sweep.json's `phases` (`profile`: --phases-from's), the sequential rates probed beside the dataset where a
+    one-time phase needs them."""
     found = sweep_phases.one_time_found(points, profile, str(args.phases_from))
     probe = _probe(points, args.phase_probe_mb) if points and sweep_phases.needs_probe(found) else None
     best = headline(up_to_first_failure([p.figures for p in points]))["accelerators"]
@@ -453,24 +466,24 @@ def _host_series(run_dir: Path) -> list[dict[str, Any]]:
         return []
 
 
-def run_sweep(args: argparse.Namespace) -> int:
+def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
     from storage.host.proactive_reclaim import restore_left_paused
 
     restore_left_paused("[sweep]")  # what a killed storage script left paused: the host's own setting first
     latencies = args.latency_ms or [None]
     if len(latencies) == 1:
         if latencies[0] is not None:
-            sweep_latency.apply_latency(args.relays, latencies[0])
-        return sweep_at(args, output_folder(args), latencies[0])[0]
+            sweep_latency.apply_latency(setup.relays, latencies[0])
+        return sweep_at(args, setup, output_folder(args), latencies[0])[0]
     out = output_folder(args)
-    settings = Sweep(args, out).settings()
+    settings = Sweep(args, setup, out).settings()
     del settings["latency_ms"]
     rows: list[dict[str, Any]] = []
     threshold, code = None, 0
     for latency in latencies:
-        sweep_latency.apply_latency(args.relays, latency)
+        sweep_latency.apply_latency(setup.relays, latency)
         folder = output_folder(args, sweep_latency.folder_of(out, latency))
-        status, document = sweep_at(args, folder, latency)
+        status, document = sweep_at(args, setup, folder, latency)
         code = code or status
         threshold = threshold if document["au_threshold"] is None else document["au_threshold"]
         rows.append(sweep_latency.latency_row(latency, document, folder))
@@ -481,9 +494,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     return code
 
 
-def sweep_at(args: argparse.Namespace, out: Path, latency_ms: float | None) -> tuple[int, dict[str, Any]]:
+def sweep_at(args: argparse.Namespace, setup: SweepSetup, out: Path,
+             latency_ms: float | None) -> tuple[int, dict[str, Any]]:
     """One sweep over the counts into `out` (the storage's latency already set); its status and sweep.json."""
-    sweep = Sweep(args, out, latency_ms)
+    sweep = Sweep(args, setup, out, latency_ms)
     points: list[Point] = []
     failure = None
 
@@ -501,7 +515,7 @@ def sweep_at(args: argparse.Namespace, out: Path, latency_ms: float | None) -> t
     except SweepError as error:  # a failed point: what was measured is still written
         failure = str(error)
     try:  # a measurement beside the answer: it never costs the sweep its table
-        phases = phase_summary(args, points)
+        phases = phase_summary(args, setup.phases_profile, points)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as error:
         print(f"[sweep] warning: the phases' cost not reported: {type(error).__name__}: {error}", flush=True)
         phases = None
@@ -529,8 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     # or DLIO running (on this host or others)
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS}
     try:
-        check_arguments(args)
-        return run_sweep(args)  # reports a failed point itself (exit 1)
+        return run_sweep(args, check_arguments(args))  # reports a failed point itself (exit 1)
     except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
+from storage.backends.relays import find_relays
+from storage.backends.shared_storage import SharedStorageError
 from storage.sweep.plot import bar
 from storage.sweep.rules import SweepError
 
@@ -41,17 +43,10 @@ def check_latencies(latencies: Sequence[float]) -> None:
 def relay_controls(emulated_hosts: Path | None, environ: Mapping[str, str] = os.environ) -> list[Path]:
     """The control files of the storage's relays: the shared storage's in --emulated-hosts, then those the
     environment names (the S3 endpoint's). SweepError naming --latency-ms where there is none."""
-    controls: list[Path] = []
-    if emulated_hosts is not None:
-        from storage.backends.shared_storage import SharedStorage, SharedStorageError
-
-        try:
-            storage = SharedStorage.load(emulated_hosts)
-        except SharedStorageError as error:
-            raise SweepError(f"--latency-ms: {error}") from None
-        if storage is not None:
-            controls += storage.relay_controls()
-    controls += [Path(p) for p in environ.get(RELAYS_VARIABLE, "").split(os.pathsep) if p]
+    try:
+        controls = find_relays(emulated_hosts, environ)
+    except (SharedStorageError, OSError) as error:
+        raise SweepError(f"--latency-ms: {error}") from None
     for control in controls:  # only a file a relay made and marked is ever written (check_control)
         try:
             check_control(control)

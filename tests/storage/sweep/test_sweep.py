@@ -562,7 +562,7 @@ import sys
 from pathlib import Path
 from storage.sweep import cli
 
-def launching(args):  # a point's launch: a launcher and a rank that left its process group, as mpiexec's may
+def launching(args, setup):  # a point's launch: a launcher and a rank that left its process group, as mpiexec's may
     rank = "import os, time; os.setpgid(0, 0); time.sleep(300)"
     cmd = [sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}, "
            f"{sys.argv[2]!r}]); print('launched', flush=True); time.sleep(300)", sys.argv[2]]
