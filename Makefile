@@ -43,7 +43,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	bash scripts/benchmark.sh
 
-# DLIO itself runs in .venv-dlio/ (storage/dlio/setup_env.sh); the replay module builds it when missing
+# DLIO itself runs in .venv-dlio/ (storage/dlio/environment/setup_env.sh); the replay module builds it when missing
 replay:
 	@test -n "$(RUN)" || { echo "usage: make replay RUN=<run dir>" >&2; exit 2; }
 	@$(MAKE) -s --no-print-directory $(STAMP)

@@ -14,7 +14,7 @@ RetinaNet: OpenImages-like JPEGs of ~1-1.5k px, DLRM-HSTU: the Yambda event log 
 into a scratch directory, and reports MB/s of wall time after one untimed file that pays the
 process's start-up (imports, the planted world, the storage content's bank of JPEG segments), and
 MB per CPU-second (user + sys of this process). Then where the time goes, timed piece by piece on
-a sample. Then DLIO 2.0.0 (`.venv-dlio`, storage.dlio.datagen_rate) on the same shape: random
+a sample. Then DLIO 2.0.0 (`.venv-dlio`, storage.dlio.environment.datagen_rate) on the same shape: random
 bytes in a square JPEG/npz (it has no parquet). Both sides by one definition: MB/s of wall time,
 one process, start-up excluded (ours after the untimed file, DLIO's between its own "Starting data
 generation" and "Generation done"); `ours_over_dlio` is their ratio per content. Every output's
@@ -354,7 +354,7 @@ def _median_of(repeat: int, key: str, measure) -> dict[str, Any]:
 
 
 def _measure_dlio(benchmark: str, scratch: Path, target: int) -> dict[str, Any]:
-    from storage.dlio.datagen_rate import measure_dlio_datagen
+    from storage.dlio.environment.datagen_rate import measure_dlio_datagen
 
     os.sync()
     try:

@@ -158,7 +158,7 @@ def _replay_entry(argv: list[str]) -> int:
     its loader workers are throttled."""
     from storage.host.page_cache import evict
     from storage.load_profile.block_device import diskstats, find_block_device
-    from storage.dlio.replays import replay
+    from storage.dlio.replay.choice import replay
 
     parser = argparse.ArgumentParser(prog="replay_on_throttled_storage.py _replay")
     parser.add_argument("run_dir", type=Path)
@@ -367,7 +367,7 @@ def _table(benchmark: str, limit: float, rows: dict[str, dict[str, Any]]) -> str
 
 
 def _one(benchmark: str, ranks: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from storage.dlio.export import export
+    from storage.dlio.export.workloads import export
 
     limit = args.read_mbps or SETTINGS[benchmark][3]
     work = out / f"{benchmark}_r{ranks}"
@@ -423,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--readers", nargs="+", choices=READERS, default=["generic", "plugin"],
                         help="generic and plugin on DLIO 2.0.0; generic-3.0, plugin-3.0 and storage-3.0 (the export's "
                              "MLPerf Storage workload itself) on DLIO 3.0.x "
-                             "(.venv-dlio3, built from a local copy: storage/dlio/setup_env_3.sh)")
+                             "(.venv-dlio3, built from a local copy: storage/dlio/environment/setup_env_3.sh)")
     parser.add_argument("--size-mb", type=int, default=1536)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--out", type=Path, default=None)

@@ -10,7 +10,7 @@ export   writes RUN_DIR/dlio/: MLPerf Storage workload + datagen YAMLs and a DLI
 replay   runs DLIO 2.0.0 (in its own environment, .venv-dlio, built on first use) on the exported
          workload and prints measured vs replayed samples/s, MB/s and AU; with --reader plugin, a DLIO
          reader plugin makes per sample the reads the profile recorded and compares them too;
-         --dlio 3.0 runs DLIO 3.0.x (.venv-dlio3, built from a local copy: storage/dlio/setup_env_3.sh),
+         --dlio 3.0 runs DLIO 3.0.x (.venv-dlio3, built from a local copy: storage/dlio/environment/setup_env_3.sh),
          where --reader storage runs the MLPerf Storage workload itself and --reader object its
          object-storage form in the bucket the run read (s3dlio)
 checkpoint  OUT is a `python -m storage.checkpoint --out` folder: writes OUT/dlio/, the DLIO checkpoint
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "export":
         from common import command_line
-        from storage.dlio.export import ExportError, export
+        from storage.dlio.export.workloads import ExportError, export
 
         parser = command_line.parser(
             "storage.dlio export", "Writes RUN_DIR/dlio/: the run's load as MLPerf Storage and DLIO 2.0.0 workloads.",
@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[export] {path}")
         return 0
     if command == "replay":
-        from storage.dlio.replay_cli import main as replay_main
+        from storage.dlio.replay.cli import main as replay_main
 
         return replay_main(rest)
     if command == "checkpoint":
-        from storage.dlio.checkpoint_workload import main as checkpoint_main
+        from storage.dlio.export.checkpoint_workload import main as checkpoint_main
 
         return checkpoint_main(rest)
     print(f"error: unknown command {command!r} (export, replay or checkpoint)", file=sys.stderr)

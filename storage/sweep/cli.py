@@ -41,12 +41,12 @@ wrote the dataset (--phases-from RUN_DIR, whose load profile has them) with thei
 this file system's sequential write and read rates, probed at the end in the sweep's own process
 (--phase-probe-mb, 0: no probe). A sweep whose runs recorded no phase says nothing more.
 
---dlio also replays each point with DLIO 2.0.0 (storage.dlio.replay): DLIO generates its own
+--dlio also replays each point with DLIO 2.0.0 (storage.dlio.replay.generic): DLIO generates its own
 data for the run's workload, the data is dropped from the page cache, and DLIO trains on it at
 the run's world size with the compute time the run measured. Its data must be on the storage
 under test: by default under --out when that is on the dataset's filesystem, else give
 --dlio-work-dir there. For data in an object store (data_root = "s3://..."), DLIO 3.0.x's
-object mode runs instead (storage.dlio.object_replay: s3dlio, DLIO's data in the same bucket,
+object mode runs instead (storage.dlio.replay.object_replay: s3dlio, DLIO's data in the same bucket,
 through the same endpoint; needs the .venv-dlio3 env).
 
 --latency-ms sets the round trip the storage link adds to every request-response (the relays of a

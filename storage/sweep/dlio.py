@@ -37,7 +37,7 @@ def dataset_root(run_dir: Path) -> Path | str:
 
 def dlio_work_root(requested: Path | None, *, out: Path, dataset: Path | str) -> Path:
     """Where DLIO writes its data: on the dataset's filesystem, so that both read the same storage. For
-    a dataset in an object store, DLIO's data goes into its bucket (storage.dlio.object_replay) and
+    a dataset in an object store, DLIO's data goes into its bucket (storage.dlio.replay.object_replay) and
     this folder holds only DLIO's configuration, logs and results."""
     if is_object_url(dataset):
         return (requested / out.name) if requested is not None else out / "dlio-work"
@@ -74,8 +74,8 @@ def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeou
                launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
     """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
     from storage.host.page_cache import PageCacheError
-    from storage.dlio.export import ExportError, export
-    from storage.dlio.replay import DlioEnvError, MpiHosts, ReplayError, replay
+    from storage.dlio.export.workloads import ExportError, export
+    from storage.dlio.replay.generic import DlioEnvError, MpiHosts, ReplayError, replay
 
     evictions: list[dict[str, Any]] = []
     mpi = None
@@ -85,7 +85,7 @@ def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeou
     try:
         export(run_dir)
         if is_object_url(dataset_root(run_dir)):  # nothing to evict: DLIO reads the endpoint, as ours did
-            from storage.dlio.object_replay import object_replay
+            from storage.dlio.replay.object_replay import object_replay
 
             result = object_replay(run_dir, work_dir=work, tag=f"{work.parent.parent.name}-{work.name}",
                                    timeout_s=timeout_s, mpi=mpi)

@@ -247,7 +247,7 @@ def _default_mpiexec() -> str:
     found = shutil.which("mpiexec")
     if found:
         return found
-    from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+    from storage.dlio.environment.dlio_env import DlioEnvError, ensure_dlio_env
 
     try:
         return str(ensure_dlio_env().parent / "mpiexec")

@@ -1,4 +1,4 @@
-"""scripts/generation_bench.py on our side (DLIO's side: tests/storage/dlio/test_datagen_rate.py): the
+"""scripts/generation_bench.py on our side (DLIO's side: tests/storage/dlio/environment/test_datagen_rate.py): the
 reference-shape files are written in both contents, rates are positive, the pieces of the time add
 up, every output's redundancy is measured, and both sides are compared by one definition."""
 
@@ -42,7 +42,7 @@ def test_the_command_prints_one_json_line_per_benchmark(capsys, tmp_path):
 def test_ours_and_dlios_rates_are_compared_by_one_definition_on_the_median_run(capsys, tmp_path, monkeypatch):
     """Wall-clock MB/s of one process while it generates on both sides (not ours per CPU-second),
     the median of --repeat runs on each side."""
-    import storage.dlio.datagen_rate as datagen_rate
+    import storage.dlio.environment.datagen_rate as datagen_rate
 
     ours = iter([10.0, 30.0, 20.0, 4.0, 6.0, 5.0])
     monkeypatch.setattr(generation_bench, "measure_ours", lambda benchmark, content, target_bytes, scratch,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.dlio.dlio_env import DlioEnvError, ensure_dlio_env
+from storage.dlio.environment.dlio_env import DlioEnvError, ensure_dlio_env
 from tests.environment import unavailable
 
 

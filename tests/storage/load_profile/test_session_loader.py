@@ -16,7 +16,7 @@ import torch
 from common.data.loader import StreamingLoader
 from common.data.reads import forget_access_history, note_reads, note_records
 from common.distributed.setup import DistInfo
-from storage.dlio.plugin_plan import reads_next_window_ahead
+from storage.dlio.plugin.plan import reads_next_window_ahead
 from storage.load_profile.session import ProfileSession
 # the RetinaNet tests' session fixtures: one tiny synthetic dataset, generated once
 from tests.retinanet.conftest import tiny_data_root, tiny_dataset_dir, tiny_generation  # noqa: F401
@@ -57,7 +57,7 @@ def _train(session: ProfileSession, loader: StreamingLoader, windows: int) -> No
 @pytest.mark.parametrize("ahead", [True, False])
 def test_the_profile_records_whether_the_loader_reads_the_next_window_ahead(tmp_path, ahead):
     """FLUX's reference config reads nothing ahead (prefetch_next_window=False); the profile says so
-    beside window_batches, and the plugin replay follows it (storage.dlio.plugin_plan)."""
+    beside window_batches, and the plugin replay follows it (storage.dlio.plugin.plan)."""
     data = tmp_path / "rows.bin"
     data.write_bytes(bytes(100 * 64))
     forget_access_history()

@@ -39,7 +39,7 @@ PIL_BLOCK = 4096  # the trainer's file system block: its buffered reader's first
 
 
 def _retinanet_pil_sample(rng: np.random.Generator, index: int) -> list[tuple[str, int, int]]:
-    from storage.dlio.plugin_plan import PIL_CHUNK_BYTES, chunk_sizes
+    from storage.dlio.plugin.plan import PIL_CHUNK_BYTES, chunk_sizes
 
     size = int(np.clip(rng.lognormal(np.log(300_000), 0.5), 40_000, 1_500_000))
     sizes = chunk_sizes(size, PIL_BLOCK, PIL_CHUNK_BYTES)

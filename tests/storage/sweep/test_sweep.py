@@ -19,7 +19,7 @@ import yaml
 from storage.sweep import cli as sweep_module
 from storage.sweep.cli import (Figures, Point, PointFailed, SweepError, counts, dlio_work_root, figures_of_report, headline,
                            main, markdown_table, point_command, run_point, sweep_counts, sweep_document, write_outputs)
-from storage.dlio import replay as replay_module
+from storage.dlio.replay import generic as replay_module
 from storage.load_profile.session import write_profile
 from tests.storage.load_profile.profiles import known_profile
 
@@ -548,7 +548,7 @@ def test_object_store_points_add_request_columns_and_name_dlios_object_mode(tmp_
 
 
 def test_the_object_replay_refuses_a_run_that_read_files(tmp_path):
-    from storage.dlio.object_replay import object_replay
+    from storage.dlio.replay.object_replay import object_replay
 
     run = tmp_path / "run"
     run.mkdir()
