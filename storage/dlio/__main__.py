@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "export":
         from common import command_line
-        from storage.dlio.export.workloads import ExportError, export
+        from storage.dlio.export.profile_reading import ExportError
+        from storage.dlio.export.workloads import export
 
         parser = command_line.parser(
             "storage.dlio export", "Writes RUN_DIR/dlio/: the run's load as MLPerf Storage and DLIO 2.0.0 workloads.",

@@ -74,7 +74,8 @@ def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeou
                launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
     """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
     from storage.host.page_cache import PageCacheError
-    from storage.dlio.export.workloads import ExportError, export
+    from storage.dlio.export.profile_reading import ExportError
+    from storage.dlio.export.workloads import export
     from storage.dlio.replay.generic import DlioEnvError, MpiHosts, ReplayError, replay
 
     evictions: list[dict[str, Any]] = []

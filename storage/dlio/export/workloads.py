@@ -29,31 +29,24 @@ renamed, so an export that fails leaves no half-written YAML.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from common import registry
-from common.spec import StorageWorkload
 from storage.compute_times import ComputeTime, ComputeTimeError, lookup
 from storage.dlio.export.mlpstorage_commands import commands_text
 from storage.dlio.export.object_workload import storage_section
 from storage.dlio.export.phase_commands import phases_markdown
 from storage.dlio.export.phase_workloads import phase_workloads, workload_notes
-from storage.dlio.plugin.plan import PIL_CHUNK_BYTES, whole_file_chunk_bytes
-from storage.load_profile.phases import PhaseError, check_phases
-from storage.load_profile.profiler import FORMAT, VERSION
 from storage.load_profile.session import PROFILE_FILE
+from storage.dlio.export.dlio2_workload import DLIO_2_DIR, dlio_2_workload
+from storage.dlio.export.profile_reading import (MAX_STDEV_FRACTION, ExportError, compute_notes, dump, header,
+                                                  jpeg_read_notes, read_profile, samples_per_file, step_compute, storage_workload)
 
 EXPORT_DIR = "dlio"
 COMMANDS_FILE = "MLPSTORAGE.md"  # the command lines today's mlpstorage runs the export with
-DLIO_2_DIR = "dlio-2.0.0"
-# DLIO 2.0.0 sleeps normal(mean, stdev) per step and raises on a negative draw: keep draws positive
-MAX_STDEV_FRACTION = 0.25
 # 2.0.0 has no parquet/arrow: each benchmark's spec names the format its replay writes
 # (storage.dlio_2_format). indexed_binary reads each sample as one seek + read of exactly its bytes
 # from files holding many samples (Arrow shards, column arrays); npy with one sample per file reads
@@ -63,114 +56,6 @@ MAX_STDEV_FRACTION = 0.25
 _SAME_WIDTH = {"bfloat16": "float16", "uint16": "float16", "int16": "float16", "uint32": "float32", "int32": "float32",
                "uint64": "float64", "int64": "float64", "uint8": "int8", "bool": "int8"}
 _WIDTH = {"float16": 2, "float32": 4, "float64": 8, "int8": 1}
-
-
-class ExportError(ValueError):
-    """One line naming the file and what is wrong with it."""
-
-
-def read_profile(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / PROFILE_FILE
-    if not Path(run_dir).is_dir():
-        raise ExportError(f"{run_dir}: not a directory (give the run directory a trainer wrote)")
-    if not path.is_file():
-        raise ExportError(f"{path}: no load profile in this run directory (runs write it at the end, or at preemption, "
-                          f"unless common.RunConfig.load_profile = False)")
-    try:
-        profile = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ExportError(f"{path}: not readable JSON ({error})") from None
-    if not isinstance(profile, dict) or profile.get("format") != FORMAT:
-        raise ExportError(f"{path}: not a load profile (format is {profile.get('format') if isinstance(profile, dict) else None!r}, "
-                          f"expected {FORMAT!r})")
-    version = profile.get("version")
-    if version != VERSION:
-        age = "an older version" if isinstance(version, int) and version < VERSION else "not the version"
-        raise ExportError(f"{path}: load profile version {version!r} is {age} than this code reads ({VERSION}); "
-                          f"rerun the training, or use the project version that wrote it")
-    for key in ("benchmark", "totals", "records", "dataset", "batch_size", "world_size"):
-        if key not in profile:
-            raise ExportError(f"{path}: field {key!r} is missing")
-    try:
-        _workload(profile)
-    except LookupError as error:  # not registered here, or no storage workload in its spec
-        raise ExportError(f"{path}: benchmark {profile['benchmark']!r} has no MLPerf Storage workload ({error})") from None
-    if not profile["dataset"]:
-        raise ExportError(f"{path}: field 'dataset' is empty (the training loader's source did not describe its files)")
-    if not profile["totals"].get("steps") or not profile["records"].get("count"):
-        raise ExportError(f"{path}: no training step or no sample recorded: nothing to export")
-    try:  # an older profile has none; a malformed entry is named, never dropped silently
-        check_phases(profile.get("phases"))
-    except PhaseError as error:
-        raise ExportError(f"{path}: field {error}") from None
-    _check_read_totals(path, profile["dataset"])
-    return profile
-
-
-def _check_read_totals(path: Path, dataset: dict[str, Any]) -> None:
-    """A description with scan-window columns needs the run's counts of what its samples read."""
-    columns = dataset.get("columns") or ()
-    if not any(isinstance(c, dict) and c.get("per") == "scan_event" for c in columns):
-        return
-    totals = dataset.get("read_totals")
-    if not isinstance(totals, dict) or not all(isinstance(totals.get(k), int) for k in
-                                               ("samples", "scan_events", "history_events")):
-        raise ExportError(f"{path}: field 'dataset.read_totals' is missing or malformed: a sample's bytes are its "
-                          f"scan window and its history in shares the profile cannot tell apart without the run's "
-                          f"counts (profiles written since the trainer counts them have them); rerun the training")
-    if totals["samples"] <= 0:
-        raise ExportError(f"{path}: field 'dataset.read_totals' counted no sample: the run's recorded batches "
-                          f"did not reach the dataset's counters (loader workers not forked from the trainer?)")
-
-
-# ---------------------------------------------------------------------------- figures
-def _step_compute(profile: dict[str, Any]) -> tuple[float, float]:
-    """Seconds per step that the accelerator is busy in DLIO's model of a step: the measured step
-    time without its data wait (compute, plus the loop's per-step logging and agreement), steady
-    steps only, of the rank that waited least for the others (_least_synchronised). Its stdev is
-    capped (MAX_STDEV_FRACTION of the mean)."""
-    walls = [r["step_wall_s"] for r in profile["ranks"]]
-    waits = [r["data_wait_s"] for r in profile["ranks"]]
-    mean = _least_synchronised([w.get("mean", 0.0) - d.get("mean", 0.0) for w, d in zip(walls, waits, strict=True)])
-    stdev = max(r["compute_s"].get("stdev", 0.0) for r in profile["ranks"])
-    return max(mean, 0.0), min(stdev, MAX_STDEV_FRACTION * max(mean, 0.0))
-
-
-def _least_synchronised(per_rank: list[float]) -> float:
-    """Of the ranks' step times without their data wait, the least. With more than one rank that time also
-    holds what a rank waited at the step's collective for a rank still waiting for its data; DLIO
-    adds that wait itself (its ranks meet at a barrier every step), so sleeping it as compute too would
-    count it twice and hide data waits behind it: with 2 RetinaNet ranks on 0.15 MiB/s the mean over
-    ranks (0.543 s against a 0.4 s step) made DLIO's data wait 18% short of the trainer's."""
-    return min(per_rank)
-
-
-def _every_step_compute(profile: dict[str, Any]) -> tuple[float, float]:
-    """As _step_compute, but the mean over every step, warm-up included: the replay of this run is
-    compared with its measured samples/s, which counts every step (DLIO's throughput does too), so
-    DLIO must sleep, over its steps, the time the run computed over all of its own."""
-    if not all(rank.get("warmup") and rank.get("steps") for rank in profile["ranks"]):
-        return _step_compute(profile)  # a profile without per-rank warm-up steps: the steady mean
-    means = []
-    for rank in profile["ranks"]:
-        warm, steady_wait = rank["warmup"], rank["data_wait_s"]
-        steady = steady_wait.get("mean", 0.0) * steady_wait.get("count", 0)
-        # a run no longer than its warm-up has every step in both lists (merge: steady = all then)
-        wait = steady if warm["steps"] >= rank["steps"] else sum(warm["data_wait_s"]) + steady
-        means.append((rank["wall_s"] - wait) / rank["steps"])
-    mean = _least_synchronised(means)
-    _, stdev = _step_compute(profile)
-    return max(mean, 0.0), min(stdev, MAX_STDEV_FRACTION * max(mean, 0.0))
-
-
-def _samples_per_file(profile: dict[str, Any]) -> tuple[int, int]:
-    """(files, samples per file) of the training data, as stored."""
-    d = profile["dataset"]
-    if d["format"] == "jpeg":
-        return int(d["files"]), 1
-    if d["format"] == "npy-columns":  # one array per column: every sample lives in the same files
-        return 1, int(d["samples"])
-    return int(d["files"]), max(1, round(d["samples"] / max(d["files"], 1)))
 
 
 def _parquet_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -243,50 +128,8 @@ def _event_lengths(profile: dict[str, Any], *, fixed: int, per_scan_bytes: int,
     return {"scan_event": scan * scale, "history_event": history * scale, "scale": scale}
 
 
-def jpeg_read_notes(profile: dict[str, Any], *, dlio_reads: str) -> list[str]:
-    """How the trainer read each JPEG (one read(), or PIL's chunks) and how DLIO's reader and the reader
-    plugin's replay read it; `dlio_reads` says the former. Nothing for other formats."""
-    if profile["dataset"].get("format") != "jpeg":
-        return []
-    per_file = profile["reads"]["count"] / profile["records"]["count"]
-    if whole_file_chunk_bytes(profile):
-        trainer = (f"in {per_file:.2f} read() calls per file on average, PIL's (the reference's): a first read of "
-                   f"the file system's block, the rest of the first {PIL_CHUNK_BYTES:,} B, then {PIL_CHUNK_BYTES:,} B "
-                   "at a time to the end")
-        plugin = "the same calls"
-    else:
-        trainer, plugin = f"whole, one read() of its size ({per_file:.2f} per file)", "one read() of each file's size"
-    return [f"The trainer read each JPEG front to back {trainer}; {dlio_reads}; the reader-plugin replay "
-            f"(python -m storage.dlio replay RUN_DIR --reader plugin) makes {plugin}."]
-
-
-def _header(profile: dict[str, Any], *, what: str, lines: list[str]) -> str:
-    t = profile["totals"]
-    body = [
-        f"{what}",
-        f"Measured by storage.load_profile in {profile['run_dir']} ({profile['config_file']}),",
-        f"{profile['created']} on {profile['host']}: {profile['device']}, {profile['world_size']} rank(s), batch "
-        f"{profile['batch_size']}/rank (global {profile['global_batch_size']}), {profile['reader_workers']} loader "
-        f"worker(s) x prefetch {profile['prefetch_factor']}, {t['steps']} steps.",
-        f"Measured: {t['samples_per_s']:.2f} samples/s, {t['mb_per_s']:.3f} MB/s, AU {t['au']:.4f}, "
-        f"{t['bytes_per_sample']:.1f} B read per sample (record mean {profile['records']['mean']:.1f} B, "
-        f"stdev {profile['records']['stdev']:.1f} B).",
-        *lines,
-    ]
-    return "".join(f"# {line}\n" if line else "#\n" for line in body)
-
-
-def _dump(header: str, body: dict[str, Any]) -> str:
-    return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100)
-
-
 # the accelerators mlpstorage's `training ... run -at` knows (its workload file names)
 MLPSTORAGE_ACCELERATORS = ("b200", "mi355", "h100", "a100")
-
-
-def _workload(profile: dict[str, Any]) -> StorageWorkload:
-    """The profiled benchmark's storage facts (its spec; read_profile checked that it has them)."""
-    return registry.find(profile["benchmark"]).storage_workload()
 
 
 def _payload_columns(profile: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -313,8 +156,8 @@ def _dataset_size(profile: dict[str, Any], *, scale: float | None, read_threads:
     times `scale`, in files of the measured layout's samples per file; or, with `scale` None, the
     samples this run's training data held. Never fewer files than reader workers, so that no worker
     is left without one."""
-    storage = _workload(profile)
-    _, per_file = _samples_per_file(profile)
+    storage = storage_workload(profile)
+    _, per_file = samples_per_file(profile)
     if scale is None:
         total = int(profile["dataset"]["samples"])
         how = f"the samples of this run's training data ({profile['dataset']['root']})"
@@ -361,7 +204,7 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
     picks, with that accelerator's batch and compute time from the benchmark's compute-time table;
     without one it is `<model>_measured.yaml` with the compute this run measured. The datagen file is
     `<model>_datagen_measured.yaml`: never the published `<model>_datagen.yaml`."""
-    storage = _workload(profile)
+    storage = storage_workload(profile)
     model, ref = storage.model, storage.workload
     records = profile["records"]
     columns = notes_columns = None
@@ -373,10 +216,10 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
         row = _accelerator_row(profile, accelerator)
         batch, compute, compute_stdev, au = row.batch_per_accelerator, row.seconds_per_step, 0.0, row.au_threshold
         compute_note = (f"computation_time {compute} s per batch of {batch}: {row.accelerator} in "
-                        f"{_workload(profile).compute_times.name} of {profile['benchmark']} ({row.source}).")
+                        f"{storage_workload(profile).compute_times.name} of {profile['benchmark']} ({row.source}).")
     else:
         batch, au = profile["batch_size"], storage.au_threshold
-        compute, compute_stdev = _step_compute(profile)
+        compute, compute_stdev = step_compute(profile)
         compute_note = (f"computation_time: the measured step time without its data wait, mean over steady steps, "
                         f"of the rank that waited least for the others (stdev capped at {MAX_STDEV_FRACTION:.0%} of "
                         f"it); measured on {profile['device']}, not on an MLPerf accelerator.")
@@ -464,34 +307,18 @@ def mlperf_storage_workloads(profile: dict[str, Any], *, accelerator: str | None
     object_datagen = {**datagen, "storage": storage, "dataset": object_dataset}
     return {
         COMMANDS_FILE: commands,
-        f"{name}_object.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model} in an object store"
+        f"{name}_object.yaml": dump(header(profile, what=f"MLPerf Storage workload for {model} in an object store"
                                              + (f" on {accelerator}" if accelerator else ", measured") + ".",
                                              lines=[*object_notes, *lines]), object_workload),
-        f"{model}_datagen_measured_object.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for "
+        f"{model}_datagen_measured_object.yaml": dump(header(profile, what=f"MLPerf Storage data generation for "
                                                                f"{model} into an object store, measured.",
                                                                lines=[*object_notes, *datagen_lines]), object_datagen),
-        f"{name}.yaml": _dump(_header(profile, what=f"MLPerf Storage workload for {model}"
+        f"{name}.yaml": dump(header(profile, what=f"MLPerf Storage workload for {model}"
                                       + (f" on {accelerator}" if accelerator else ", measured") + ".", lines=lines),
                               workload),
-        f"{model}_datagen_measured.yaml": _dump(_header(profile, what=f"MLPerf Storage data generation for {model}, "
+        f"{model}_datagen_measured.yaml": dump(header(profile, what=f"MLPerf Storage data generation for {model}, "
                                                         "measured.", lines=datagen_lines), datagen),
     }
-
-
-def compute_notes(profile: dict[str, Any]) -> list[str]:
-    """The run's compute load (the profile's 'compute' section, storage.compute), for the readers of
-    the export: what an accelerator's step is made of where this run measured it on another device."""
-    c = profile.get("compute")
-    if not c:
-        return []
-    f = c["flops_per_sample"]
-    comm = ", ".join(f"{kind} {row['sent_bytes'] / 1e6:,.3f} MB" for kind, row in
-                     c["communication_per_rank_step"]["by_kind"].items())
-    roof = ", ".join(f"{name} {r['step_s'] * 1e3:,.3f} ms ({r['bound_by']})" for name, r in c["roofline"].items())
-    return [f"Compute load of this run ({c['flavor']}, {c['parallelism']}, {c['batch_per_rank']} samples per rank): "
-            f"{f['hardware'] / 1e9:,.3f} GFLOP per sample ({f['model'] / 1e9:,.3f} model + {f['recompute'] / 1e9:,.3f} "
-            f"recompute), {c['flops_per_rank_step'] / 1e12:,.4f} TFLOP per rank and step; sent per rank and step: "
-            f"{comm}; roofline lower bound per step: {roof}."]
 
 
 def _checkpoint_notes(profile: dict[str, Any]) -> list[str]:
@@ -517,134 +344,6 @@ def _accelerator_row(profile: dict[str, Any], accelerator: str) -> ComputeTime:
         raise ExportError(f"--accelerator {accelerator!r}: {error}") from None
 
 
-# DLIO 2.0.0's own reader cost per sample (pytorch loader, one __getitem__ per sample), measured
-# here at 1-1.4 ms: a trainer that builds batches vectorised outruns one DLIO reader thread near
-# 1,000 samples/s, so the replay adds reader threads and spreads the modelled work over them
-DLIO_READER_S_PER_SAMPLE = 0.0014
-# DLIO copies every sample into a record_length_resize-sized array; the trainers' batches are
-# built elsewhere, so the replay keeps that copy small
-DLIO_RESIZE_BYTES = 1024
-NPY_HEADER_BYTES = 128
-
-
-def _dlio_record_length(mean: float, fmt: str) -> int:
-    """record_length whose generated samples have the measured mean size: 2.0.0 writes
-    int(sqrt(record_length))**2 bytes per sample, and an npy file adds its header."""
-    payload = mean - (NPY_HEADER_BYTES if fmt == "npy" else 0)
-    return max(1, round(math.sqrt(max(payload, 1.0)))) ** 2
-
-
-# what dlio-benchmark 2.0.0's generators write per pass (dataset.generation_buffer_size)
-DLIO_2_GENERATION_BUFFER_BYTES = 16 << 20
-
-
-def _dlio_files(*, fmt: str, steps: int, batch: int, world: int, stored_per_file: int) -> tuple[int, int]:
-    """(files, samples per file) for the replay: enough samples for every measured step, a sample
-    count every rank divides, and, for indexed_binary, more files than ranks (with as many or fewer
-    2.0.0 switches to collective MPI-IO writes, which fail for samples over 1 MiB)."""
-    needed = steps * batch * world
-    per_file = 1 if fmt == "npy" else max(1, min(stored_per_file, needed))
-    files = max(1, math.ceil(needed / per_file))
-    if fmt == "indexed_binary" and files <= world:
-        files = world + 1
-        per_file = max(1, math.ceil(needed / files))
-    while (files * per_file) % world:
-        files += 1
-    return files, per_file
-
-
-def dlio_2_workload(profile: dict[str, Any]) -> tuple[str, str]:
-    """(workload name, YAML text) for dlio-benchmark 2.0.0, sized to replay this run's steps."""
-    storage = _workload(profile)
-    model, fmt = storage.model, storage.dlio_2_format
-    records = profile["records"]
-    t = profile["totals"]
-    world, batch = profile["world_size"], profile["batch_size"]
-    steps = int(t["steps"])
-    _, stored_per_file = _samples_per_file(profile)
-    files, per_file = _dlio_files(fmt=fmt, steps=steps, batch=batch, world=world, stored_per_file=stored_per_file)
-    record_length = _dlio_record_length(records["mean"], fmt)
-    compute, compute_stdev = _every_step_compute(profile)
-    # the replay reads for itself: its preprocess sleep is the build time the loader was not
-    # waiting for storage (profiles from before batch_busy_s: the whole build)
-    build = t.get("batch_busy_s") or t["batch_build_s"]
-    workers = profile["reader_workers"]
-    per_rank_rate = t["samples_per_s"] / world
-    threads = max(workers, math.ceil(1.25 * per_rank_rate * DLIO_READER_S_PER_SAMPLE), 1 if workers else 0)
-    # a loader worker's time per sample (read + decode + assemble), spent by DLIO as a sleep per sample
-    # in its reader threads; with more threads than the trainer had workers, each sleeps longer so
-    # the emulated loader keeps the measured capacity
-    per_sample = build.get("mean", 0.0) / batch if build.get("count") else 0.0
-    spread = threads / workers if workers else 1.0
-    preprocess = per_sample * spread
-    preprocess_stdev = min(build.get("stdev", 0.0) / batch * spread, MAX_STDEV_FRACTION * preprocess)
-    body = {
-        "model": f"{model}_replay",
-        "framework": "pytorch",
-        "workflow": {"generate_data": False, "train": True, "checkpoint": False, "evaluation": False},
-        "dataset": {
-            "data_folder": f"data/{model}_replay/",
-            "format": fmt,
-            "num_files_train": files,
-            "num_samples_per_file": per_file,
-            "record_length": record_length,
-            "record_length_stdev": 0,
-            "record_length_resize": DLIO_RESIZE_BYTES,
-            "file_prefix": "sample",
-            "generation_buffer_size": DLIO_2_GENERATION_BUFFER_BYTES,
-        },
-        "reader": {
-            "data_loader": "pytorch",
-            "batch_size": batch,
-            "read_threads": threads,
-            "prefetch_size": max(profile["batches_in_flight"], threads, 1),
-            "sample_shuffle": "seed",
-            "preprocess_time": round(preprocess, 7),
-            "preprocess_time_stdev": round(preprocess_stdev, 7),
-        },
-        "train": {"epochs": 1, "total_training_steps": steps, "computation_time": round(compute, 6),
-                  "computation_time_stdev": round(compute_stdev, 6), "seed": 123},
-        "metric": {"au": storage.au_threshold},
-    }
-    lines = [
-        "For dlio-benchmark 2.0.0 (PyPI): record_length (not record_length_bytes), a string model.",
-        f"format {fmt}: " + ("2.0.0 has no parquet/arrow; indexed_binary reads each sample as one seek + read of "
-                             "exactly record_length bytes from files of many samples, as the trainer reads "
-                             "rows of its files at random." if fmt == "indexed_binary" else
-                             "one sample per file, read whole, as the trainer reads one JPEG per sample; 2.0.0's "
-                             "jpeg generator does not write files of record_length bytes, npy does (+128 B header)."),
-        f"num_files_train x num_samples_per_file: enough samples for the {steps} measured steps x {batch} x {world} "
-        f"rank(s), in files of {per_file} sample(s).",
-        f"record_length {record_length}: 2.0.0 writes int(sqrt(record_length))**2 B per sample"
-        + (f" plus the {NPY_HEADER_BYTES} B npy header" if fmt == "npy" else "")
-        + f", the measured mean {records['mean']:.1f} B; stdev 0 (2.0.0 varies sizes per file, not per "
-        f"sample; measured stdev {records['stdev']:.1f} B).",
-        f"record_length_resize {DLIO_RESIZE_BYTES}: the in-memory copy DLIO makes of each sample is its own cost.",
-        f"generation_buffer_size {DLIO_2_GENERATION_BUFFER_BYTES}: 2.0.0's indexed_binary generator packs each "
-        "buffer through one Python int per byte (~40x its size in memory); its 2 GiB default took 11.7 GB per "
-        "rank for files of 183 MB and the OOM killer ended it.",
-        f"read_threads {threads} (the trainer had {workers} loader worker(s)): DLIO's reader spends "
-        f"~{DLIO_READER_S_PER_SAMPLE * 1e3:.1f} ms per sample of its own; preprocess_time is scaled by "
-        f"{spread:.2f} so the emulated loader keeps the measured capacity.",
-        "computation_time: the measured step time without its data wait (compute plus the loop's per-step work), "
-        "mean over every step (warm-up included), of the rank that waited least for the others (DLIO's ranks wait "
-        "for each other at their own barrier): the measured samples/s this replay is compared with counts every "
-        "step, as DLIO's does.",
-        f"preprocess_time: a loader worker's batch build time per sample, without the time it slept waiting "
-        f"for storage (mean {build.get('mean', 0.0) * 1e3:.3f} ms per batch of {batch}"
-        + ("" if t.get("batch_busy_s") else "; the whole build, this profile has no batch_busy_s")
-        + f"), times {spread:.2f}.",
-        f"Replay: python -m storage.dlio replay {profile['run_dir']}",
-        *jpeg_read_notes(profile, dlio_reads=f"this workload's DLIO reads each sample's {fmt} file with its own calls "
-                                             "(np.load: not the trainer's chunks)" if fmt == "npy" else
-                         f"this workload's DLIO reads one record per sample ({fmt})"),
-        *compute_notes(profile),
-        *workload_notes(profile, model),
-    ]
-    name = f"{model}_replay"
-    return name, _dump(_header(profile, what=f"DLIO 2.0.0 replay of {model}'s measured load.", lines=lines), body)
-
-
 def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(path.name + ".tmp")
@@ -663,7 +362,7 @@ def export(run_dir: Path, *, accelerator: str | None = None, dataset_scale: floa
         texts = {Path("mlperf_storage") / name: text for name, text in
                  mlperf_storage_workloads(profile, accelerator=accelerator, dataset_scale=dataset_scale).items()}
         name, text = dlio_2_workload(profile)
-        texts.update(phase_workloads(profile, _workload(profile).model))
+        texts.update(phase_workloads(profile, storage_workload(profile).model))
     except (KeyError, TypeError, ZeroDivisionError) as error:
         raise ExportError(f"{run_dir / PROFILE_FILE}: field {error} is missing or malformed") from None
     texts[Path(DLIO_2_DIR) / "workload" / f"{name}.yaml"] = text

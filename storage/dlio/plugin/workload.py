@@ -37,7 +37,8 @@ import yaml
 from common import registry
 from storage.dlio.replay import generic as replay_module
 from storage.dlio.environment.dlio_env import REPO_ROOT
-from storage.dlio.export.workloads import EXPORT_DIR, dlio_2_workload
+from storage.dlio.export.dlio2_workload import dlio_2_workload
+from storage.dlio.export.workloads import EXPORT_DIR
 from storage.dlio.plugin.plan import (DEFAULT_SEED, DLIO_FORMAT, PLAN_FILE, PlanError, ReadPlan, histogram_match,
                                       plan_from_profile, write_data)
 from storage.dlio.plugin.sample_reader import COUNTS_DIR, collect_counts

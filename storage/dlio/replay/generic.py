@@ -42,7 +42,9 @@ from common.processes.guard import start_guard
 from common.processes.session import run_in_session
 from storage.dlio.environment.dlio_env import DlioEnvError, ensure_dlio3_env, ensure_dlio_env
 from storage.dlio.replay.dlio_reads import TreeReads
-from storage.dlio.export.workloads import DLIO_2_DIR, EXPORT_DIR, ExportError, read_profile
+from storage.dlio.export.dlio2_workload import DLIO_2_DIR
+from storage.dlio.export.profile_reading import ExportError, read_profile
+from storage.dlio.export.workloads import EXPORT_DIR
 from storage.load_profile.session import PROFILE_FILE
 
 RESULT_FILE = "replay_result.json"

@@ -23,7 +23,8 @@ import yaml
 from common.processes.guard import start_guard
 from storage.dlio.replay import generic as replay_module
 from storage.dlio.environment.dlio_env import ensure_dlio3_env
-from storage.dlio.export.workloads import EXPORT_DIR, ExportError, mlperf_storage_workloads
+from storage.dlio.export.profile_reading import ExportError
+from storage.dlio.export.workloads import EXPORT_DIR, mlperf_storage_workloads
 
 RESULT_FILE = "replay_storage_result_dlio3.json"
 WORK_DIR = "replay-storage-dlio3"

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from common.data.reads import forget_access_history, note_reads, note_records, recording
-from storage.dlio.export.workloads import ExportError, export, read_profile
+from storage.dlio.export.profile_reading import ExportError, read_profile
+from storage.dlio.export.workloads import export
 from storage.load_profile.merge import merge, summary_line
 from storage.load_profile.profiler import LoaderSetup, LoadProfiler
 from storage.load_profile.profiler import VERSION
@@ -193,7 +194,7 @@ def test_parquet_exports_count_payload_only_and_the_record_is_the_column_sum():
 
 @pytest.mark.parametrize("world, steps, stored", [(1, 10, 100_000), (2, 3, 7), (3, 5, 1), (8, 1, 2)])
 def test_indexed_binary_replays_have_more_files_than_ranks_and_equal_shares(world, steps, stored):
-    from storage.dlio.export.workloads import _dlio_files
+    from storage.dlio.export.dlio2_workload import _dlio_files
 
     files, per_file = _dlio_files(fmt="indexed_binary", steps=steps, batch=BATCH, world=world, stored_per_file=stored)
     assert files > world and files * per_file % world == 0 and files * per_file >= steps * BATCH * world
@@ -203,7 +204,7 @@ def test_indexed_binary_replays_have_more_files_than_ranks_and_equal_shares(worl
 def test_dlio_2_generates_in_bounded_buffers(tmp_path):
     """2.0.0's indexed_binary generator holds ~40 B of Python objects per byte of its buffer: its
     2 GiB default was OOM-killed generating DLRM-HSTU's replay files; the export bounds it."""
-    from storage.dlio.export.workloads import DLIO_2_GENERATION_BUFFER_BYTES, dlio_2_workload
+    from storage.dlio.export.dlio2_workload import DLIO_2_GENERATION_BUFFER_BYTES, dlio_2_workload
 
     _, text = dlio_2_workload(known_profile(world_size=2))
     assert yaml.safe_load(text)["dataset"]["generation_buffer_size"] == DLIO_2_GENERATION_BUFFER_BYTES <= 64 << 20
@@ -378,7 +379,7 @@ def test_with_two_ranks_the_replay_computes_what_the_rank_that_waited_least_comp
     """A rank's step time without its data wait also holds what it waited at the step's collective for the
     other rank; DLIO's ranks wait for each other at their own barrier, so the export takes the rank that
     waited least (here rank 0: 0.4 s of compute and 25 ms of the loop's own work per step)."""
-    from storage.dlio.export.workloads import _every_step_compute, _step_compute
+    from storage.dlio.export.profile_reading import every_step_compute as _every_step_compute, step_compute as _step_compute
 
     def rank(r, wait, wall):
         return {"rank": r, "steps": 48, "wall_s": wall, "step_wall_s": {"mean": wall / 48, "count": 48},

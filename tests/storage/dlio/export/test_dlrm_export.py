@@ -18,7 +18,8 @@ from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import features, layout
 from recommendation_v4.data.dataset import YambdaDataset
 from recommendation_v4.data.item_maps import ItemMaps
-from storage.dlio.export.workloads import ExportError, export, mlperf_storage_workloads
+from storage.dlio.export.profile_reading import ExportError
+from storage.dlio.export.workloads import export, mlperf_storage_workloads
 from storage.load_profile.session import ProfileSession, write_profile
 # the DLRM-HSTU tests' session fixtures: the tiny dataset in the reference's tree, its cache built once
 from tests.recommendation_v4.conftest import tiny_cache_dir, tiny_data_root, tiny_dataset_dir  # noqa: F401

@@ -332,7 +332,8 @@ def test_jpegs_read_in_pils_calls_are_whole_files_replayed_in_the_same_calls(tmp
     assert whole_file_chunk_bytes(whole) == 0 == whole_file_chunk_bytes({**whole, "data_path": []})
     assert plan_from_profile(whole, samples=8, world_size=1).chunk_bytes == 0
     # the export's notes say how the trainer read, how DLIO's own reader reads, and how the plugin replays
-    from storage.dlio.export.workloads import dlio_2_workload, mlperf_storage_workloads
+    from storage.dlio.export.dlio2_workload import dlio_2_workload
+    from storage.dlio.export.workloads import mlperf_storage_workloads
     from storage.dlio.plugin.workload import plugin_workload
 
     assert "with PIL's read() calls, as the trainer read it" in plugin_workload(profile)[1]

@@ -10,7 +10,7 @@ import yaml
 from storage.dlio.replay import generic as replay_module
 from storage.dlio.replay import cli as replay_cli
 from storage.dlio.replay import choice as replays_module
-from storage.dlio.export.workloads import dlio_2_workload
+from storage.dlio.export.dlio2_workload import dlio_2_workload
 from storage.dlio.plugin.plan import PLAN_FILE, ReadPlan, histogram_match
 from storage.dlio.plugin.workload import (READER_CLASS, PluginReplayResult, dlio_data_wait, plugin_workload,
                                                  write_plugin_workload)
