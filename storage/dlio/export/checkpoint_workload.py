@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ import yaml
 
 from common.processes.session import run_in_session
 from storage.checkpoint.plan import CheckpointPlan, rank_of_file
-from storage.dlio.replay.cli import Stopped
+from storage.dlio.stopping import until_stopped
 from storage.load_profile.block_device import disk_counters, find_block_device
 
 MLPERF_DIR, DLIO_2_DIR = "mlperf_storage", "dlio-2.0.0"
@@ -238,10 +237,6 @@ def side_by_side(ours: dict[str, Any], dlio: dict[str, Any]) -> list[str]:
     return ["  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)) for row in rows]
 
 
-def _raise_stopped(signum: int, frame: object) -> None:
-    raise Stopped(signum)  # the run unwinds like an error, so DLIO's session is ended
-
-
 def main(argv: Sequence[str]) -> int:
     """`python -m storage.dlio checkpoint OUT [--run --root DIR]` (OUT: a `python -m storage.checkpoint` --out)."""
     import argparse
@@ -268,20 +263,17 @@ def main(argv: Sequence[str]) -> int:
         print(f"[export] {path}")
     if not args.run:
         return 0
-    previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        result = run_dlio_2(written[DLIO_2_DIR], python=ensure_dlio_env(), ranks=len(ranks),
-                            work=args.root or args.out / "dlio" / "run")
-    except (CheckpointWorkloadError, DlioEnvError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (Stopped, KeyboardInterrupt) as stop:
-        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
-        print(f"[checkpoint] stopped by signal {signum}: DLIO's ranks were ended", file=sys.stderr, flush=True)
-        return 128 + signum
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome["result"] = run_dlio_2(written[DLIO_2_DIR], python=ensure_dlio_env(), ranks=len(ranks),
+                                       work=args.root or args.out / "dlio" / "run")
+
+    status = until_stopped(run, refused=(CheckpointWorkloadError, DlioEnvError), label="checkpoint",
+                           ended="DLIO's ranks were ended")
+    if status is not None:
+        return status
+    result = outcome["result"]
     (args.out / "dlio" / "checkpoint_result.json").write_text(json.dumps(result, indent=1))
     print("\n".join(side_by_side(ours, result)))
     return 0

@@ -9,11 +9,11 @@ Example:
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from common import command_line
+from storage.dlio.stopping import until_stopped
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,32 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     from storage.dlio.replay.generic import DlioEnvError, ReplayError
     from storage.dlio.replay.choice import replay
 
-    # DLIO runs in a session of its own: Ctrl-C (KeyboardInterrupt), SIGTERM and SIGHUP reach only this
-    # process, which ends DLIO's ranks on the way out (and, for data in an object store, removes DLIO's
-    # objects only once they have stopped)
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader, dlio=args.dlio)
-    except (ReplayError, DlioEnvError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (Stopped, KeyboardInterrupt) as stop:
-        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
-        print(f"[replay] stopped by signal {signum}: DLIO was ended", file=sys.stderr, flush=True)
-        return 128 + signum
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP: the replay unwinds like an error, so DLIO's session is ended."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise Stopped(signum)
+    status = until_stopped(
+        lambda: replay(args.run_dir, work_dir=args.work_dir, keep_data=args.keep_data, reader=args.reader,
+                       dlio=args.dlio),
+        refused=(ReplayError, DlioEnvError), label="replay", ended="DLIO was ended")
+    return 0 if status is None else status
