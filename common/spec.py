@@ -50,7 +50,7 @@ class StorageWorkload:
     workload: PublishedWorkload
     datagen: PublishedDatagen
     compute_times: Path  # CSV: seconds per step per accelerator (storage.compute_times), MLPerf Storage's figures
-    # the same columns from MLPerf Training result logs (storage.training_logs --table); None: the benchmark has none
+    # the same columns from MLPerf Training result logs (storage.compute_times.training_logs --table); None: the benchmark has none
     training_compute_times: Path | None = None
     # the mlpstorage modes its model runs in (the v3.0 edition: CLOSED and OPEN take unet3d and retinanet only)
     mlpstorage_modes: tuple[str, ...] = ("whatif",)

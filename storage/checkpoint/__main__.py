@@ -47,7 +47,7 @@ from storage.checkpoint.plan import CheckpointPlan
 from storage.checkpoint.rank_main import HOST_RESULT, SAVE_FAILED, parse_ranks
 from storage.checkpoint.report import GB, lines, summarize
 from storage.checkpoint.root_claim import claim, foreign_contents
-from storage import compute_times
+from storage.compute_times import tables as compute_times
 from storage.backends.throttle import ThrottledStorage, ThrottleError, throttle_unavailable_reason
 
 MIB = 1 << 20

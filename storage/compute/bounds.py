@@ -11,7 +11,7 @@ from common.spec import BenchmarkSpec
 from storage.compute.accelerators import get_accelerator, roofline
 from storage.compute.profile import flops_section
 from storage.compute.report import resolve_builder
-from storage.compute_times import load
+from storage.compute_times.tables import load
 
 
 def compute_time_bounds(spec: BenchmarkSpec) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import gin
 
 from common.config.checks import ConfigError, require, require_bool, require_int, require_number
 from common.spec import BenchmarkSpec
-from storage.compute_times import SOURCES, ComputeTime, ComputeTimeError, lookup
+from storage.compute_times.tables import SOURCES, ComputeTime, ComputeTimeError, lookup
 
 # batch_per_accelerator's two special values
 TABLE_BATCH = -1  # the batch the table's compute time belongs to (MLPerf Storage's per-accelerator batch)
@@ -31,7 +31,7 @@ class Emulation:
     batch_per_accelerator: int = TABLE_BATCH  # -1: the table's; 0: the configured global batch / ranks
     au_threshold: float = 0.0  # 0: MLPerf Storage's for the workload (the table's au_threshold)
     # which table: "storage" (MLPerf Storage's workload YAMLs) or "training" (MLPerf Training result logs,
-    # storage.training_logs); see storage.compute_times
+    # storage.compute_times.training_logs); see storage.compute_times
     compute_times: str = "storage"
     # drop the dataset's files from the page cache before the loaders start (posix_fadvise DONTNEED)
     evict_page_cache: bool = True

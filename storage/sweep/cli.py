@@ -76,7 +76,7 @@ from typing import Any, Mapping, Sequence
 
 from common import command_line, registry
 from common.processes.session import Session
-from storage.compute_times import SOURCES, ComputeTimeError, lookup
+from storage.compute_times.tables import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
 from storage.sweep.hosts import host_summaries
 from storage.sweep.launch import LAUNCHERS, Launcher, LaunchError, make_launcher
@@ -215,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compute-times", choices=SOURCES, default="storage",
                         help="whose step time each emulated accelerator sleeps: MLPerf Storage's workload YAMLs "
                              "(storage, the default) or MLPerf Training's result logs (training; the benchmark's "
-                             "compute_times_training.csv, from python -m storage.training_logs)")
+                             "compute_times_training.csv, from python -m storage.compute_times.training_logs)")
     parser.add_argument("--gin_config", action="append", required=True, type=Path,
                         help="the trainer's gin file (repeatable)")
     parser.add_argument("--gin_bindings", action="append", default=[], help="passed to the trainer (repeatable)")

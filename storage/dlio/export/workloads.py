@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from common import registry
-from storage.compute_times import ComputeTime, ComputeTimeError, lookup
+from storage.compute_times.tables import ComputeTime, ComputeTimeError, lookup
 from storage.dlio.export.mlpstorage_commands import commands_text
 from storage.dlio.export.object_workload import storage_section
 from storage.dlio.export.phase_commands import phases_markdown

@@ -6,9 +6,9 @@ submission's `results/<system>/<benchmark>/result_*.txt`, or the `mllog.log` of 
 own runs) and writes one row per log: the accelerator, how many ran, the per-accelerator batch,
 the seconds per step, the system, the round and the log as its source.
 
-    python -m storage.training_logs <log or folder> ...            # a row per log, then a line per system
-    python -m storage.training_logs <logs> --csv rows.csv          # the rows as CSV
-    python -m storage.training_logs <logs> --table flux/compute_times_training.csv
+    python -m storage.compute_times.training_logs <log or folder> ...            # a row per log, then a line per system
+    python -m storage.compute_times.training_logs <logs> --csv rows.csv          # the rows as CSV
+    python -m storage.compute_times.training_logs <logs> --table flux/compute_times_training.csv
                                                                     # a compute-time table (storage.compute_times)
 
 The step time comes from what the log states, in this order (the first the log has):
@@ -388,9 +388,9 @@ def _print(rows: list[StepTime], out) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = command_line.parser(
-        "storage.training_logs", "Seconds per step at the per-accelerator batch, from MLPerf Training "
+        "storage.compute_times.training_logs", "Seconds per step at the per-accelerator batch, from MLPerf Training "
         "result logs (:::MLLOG lines).",
-        example="python -m storage.training_logs results/ --accelerators 8 --accelerator b200",
+        example="python -m storage.compute_times.training_logs results/ --accelerators 8 --accelerator b200",
         docs="docs/emulation.md")
     parser.add_argument("paths", nargs="+", type=Path, help="logs, or folders searched for result_*.txt and mllog.log")
     parser.add_argument("--accelerators", type=int, default=None, help="how many accelerators ran every log given")
@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
 def _write_table(path: Path, benchmark: str, lines: list[dict[str, Any]], *, origin: str) -> None:
     with path.open("w", newline="") as handle:
         handle.write(f"# {benchmark}: seconds per step per accelerator from MLPerf Training result logs "
-                     "(python -m storage.training_logs --table): per accelerator, the system with the most samples "
+                     "(python -m storage.compute_times.training_logs --table): per accelerator, the system with the most samples "
                      "per second per accelerator\n")
         if origin:
             handle.write(f"# logs: {origin}\n")

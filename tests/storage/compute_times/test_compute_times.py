@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common import registry
-from storage.compute_times import HEADER, SOURCES, ComputeTimeError, load, lookup, main
+from storage.compute_times.tables import HEADER, SOURCES, ComputeTimeError, load, lookup, main
 
 FLUX, RETINANET, DLRM = registry.find("flux"), registry.find("retinanet"), registry.find("recommendation_v4")
 HEADER_LINE = ",".join(HEADER) + "\n"

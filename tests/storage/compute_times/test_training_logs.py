@@ -1,4 +1,4 @@
-"""storage.training_logs: compute-time rows from MLPerf Training result logs, on logs in the published
+"""storage.compute_times.training_logs: compute-time rows from MLPerf Training result logs, on logs in the published
 submissions' shapes (NeMo's train_step_time, the reference RetinaNet's epochs, a systems/ folder, a
 :::SYSJSON line) and on the logs this project's own trainers write."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from common import registry
-from storage.compute_times import load
-from storage.training_logs import main, read_log, short_accelerator_name, table_rows
+from storage.compute_times.tables import load
+from storage.compute_times.training_logs import main, read_log, short_accelerator_name, table_rows
 from tests.trainers.trainer_process import REPO
 
 RETINANET_IMAGES = 1_170_301  # OpenImages' training set, as the reference logs its epochs against
@@ -241,7 +241,7 @@ def test_the_logs_of_our_own_two_rank_retinanet_run(tmp_path):
     bindings = tiny_bindings(data_root=tmp_path / "data", output_root=tmp_path / "runs", run_name="r", epochs=3)
     run_command(trainer_command(package="retinanet", gin_file=DEBUG_GIN, nproc=2, bindings=bindings), timeout=600)
     run = tmp_path / "runs" / "retinanet" / "r"
-    proc = subprocess.run([sys.executable, "-m", "storage.training_logs", str(tmp_path / "runs")], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "storage.compute_times.training_logs", str(tmp_path / "runs")], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     row = read_log(run / "mllog.log")

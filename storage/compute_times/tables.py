@@ -5,7 +5,7 @@ accelerator, seconds_per_step, batch_per_accelerator, au_threshold, source; an e
 au_threshold is the workload's bar from the spec).
 
 A benchmark may keep a second table of the same columns from MLPerf Training result logs (its
-spec's `storage.training_compute_times`, written by `python -m storage.training_logs --table`):
+spec's `storage.training_compute_times`, written by `python -m storage.compute_times.training_logs --table`):
 `source="training"` reads it; `storage.Emulation.compute_times = "training"` and the sweep's
 `--compute-times training` run on it.
 
@@ -167,7 +167,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
