@@ -1,4 +1,4 @@
-"""Loopback endpoints that measure what a link adds (scripts/latency_relay_check.py and the relay's
+"""Loopback endpoints that measure what a link adds (storage/backends/latency_relay_check.py and the relay's
 tests): a listener whose accepting thread hands each connection to a handler, an echo handler, a timed
 series of small request-responses, and a timed fetch of one large answer.
 

@@ -4,7 +4,7 @@ rate of one large answer from a server held to --link-mb-s by tc on lo, directly
 at --throughput-latency-ms, with the relay's CPU time. Root (tc, and the real-time class for the
 endpoints, so that the machine's other work does not stretch their own wake-ups).
 
-    .venv/bin/python scripts/latency_relay_check.py [--latency-ms 0.5 2 10] [--round-trips 200]
+    .venv/bin/python -m storage.backends.latency_relay_check [--latency-ms 0.5 2 10] [--round-trips 200]
         [--link-mb-s 8] [--answer-mb 24] [--throughput-latency-ms 10]
 """
 
@@ -17,12 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.processes.identity import ProcessIdentity
+from storage.backends import loopback_limit
+from storage.backends.latency_relay import LatencyRelay
+from storage.backends.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender
 
-from common.processes.identity import ProcessIdentity  # noqa: E402
-from storage.backends import loopback_limit  # noqa: E402
-from storage.backends.latency_relay import LatencyRelay  # noqa: E402
-from storage.backends.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender  # noqa: E402
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(the relay's own ceiling here; its CPU {ceiling_cpu:.2f} s)")
     holder = Path(tempfile.mkdtemp(prefix="relay-check-"))
     loopback_limit.install(address=address[0], port=address[1], read_mb_s=args.link_mb_s, holder=holder,
-                           release_hint="scripts/latency_relay_check.py ({owner})",
+                           release_hint="storage/backends/latency_relay_check.py ({owner})",
                            process=ProcessIdentity.of(os.getpid()))
     try:
         direct = fetch_mb_s(address, size)

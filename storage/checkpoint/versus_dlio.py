@@ -2,7 +2,7 @@
 2.0.0's checkpoint workload of the same bytes per rank (python -m storage.dlio checkpoint --run), both
 on one ext4 loop device whose writes and reads a blkio cgroup limits. Root only.
 
-    .venv/bin/python scripts/checkpoint_vs_dlio.py --benchmark flux --world-size 64 --ranks 0-1 \
+    .venv/bin/python -m storage.checkpoint.versus_dlio --benchmark flux --world-size 64 --ranks 0-1 \
         --saves 2 --device-gib 40 --write-mib-s 500 --read-mib-s 1000 --out DIR [--plan DIR] [--option K=V]
 
 Each tool runs inside the cgroup with its files on the mount; the emulated checkpoints are removed
@@ -17,10 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]  # where both tools run from
 
-from storage.backends.throttle import ThrottledStorage  # noqa: E402
+from storage.backends.throttle import ThrottledStorage
 
 MIB = 1 << 20
 
