@@ -38,6 +38,7 @@ RESOURCE_GROUPS: dict[str, tuple[str, ...]] = {
     "loopback": (
         "tests/storage/backends/test_object_endpoint.py",
         "tests/storage/backends/test_latency_relay.py",
+        "tests/storage/backends/test_latency_relay_check.py",
         "tests/storage/backends/test_shared_storage.py",
         "tests/storage/host/test_client_memory.py",
         "tests/storage/emulation/test_client_host.py",

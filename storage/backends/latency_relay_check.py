@@ -6,17 +6,20 @@ endpoints, so that the machine's other work does not stretch their own wake-ups)
 
     .venv/bin/python -m storage.backends.latency_relay_check [--latency-ms 0.5 2 10] [--round-trips 200]
         [--link-mb-s 8] [--answer-mb 24] [--throughput-latency-ms 10]
+
+Example:
+    sudo .venv/bin/python -m storage.backends.latency_relay_check --latency-ms 1 5 --round-trips 100
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+from common import command_line
 from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
 from storage.backends.latency_relay import LatencyRelay
@@ -29,7 +32,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line.parser("storage.backends.latency_relay_check", __doc__.split("\n\n")[0],
+                                 example=command_line.example_in(__doc__), docs="docs/latency.md")
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.5, 2.0, 10.0])
     parser.add_argument("--round-trips", type=int, default=200)
     parser.add_argument("--link-mb-s", type=float, default=8.0)

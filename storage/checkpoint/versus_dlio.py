@@ -7,11 +7,14 @@ on one ext4 loop device whose writes and reads a blkio cgroup limits. Root only.
 
 Each tool runs inside the cgroup with its files on the mount; the emulated checkpoints are removed
 before DLIO runs, so both find the same free space. The table is printed and DIR/side_by_side.txt.
+
+Example:
+    sudo .venv/bin/python -m storage.checkpoint.versus_dlio --benchmark retinanet --world-size 8 --ranks 0-7 \\
+        --saves 2 --device-gib 8 --out /tmp/ckpt-vs-dlio
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -19,13 +22,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]  # where both tools run from
 
+from common import command_line
 from storage.backends.throttle import ThrottledStorage
 
 MIB = 1 << 20
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line.parser("storage.checkpoint.versus_dlio", __doc__, example=command_line.example_in(__doc__),
+                                 docs="docs/checkpoints.md")
     parser.add_argument("--benchmark", required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--ranks", required=True)
