@@ -67,9 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nno link limit: {args.answer_mb} MiB through a {args.throughput_latency_ms:g} ms relay at {ceiling:.0f} MB/s "
           f"(the relay's own ceiling here; its CPU {ceiling_cpu:.2f} s)")
     holder = Path(tempfile.mkdtemp(prefix="relay-check-"))
-    loopback_limit.install(address=address[0], port=address[1], read_mb_s=args.link_mb_s, holder=holder,
-                           release_hint="storage/backends/latency_relay_check.py ({owner})",
-                           process=ProcessIdentity.of(os.getpid()))
+    try:
+        loopback_limit.install(address=address[0], port=address[1], read_mb_s=args.link_mb_s, holder=holder,
+                               release_hint="python -m storage.backends.latency_relay_check ({owner})",
+                               process=ProcessIdentity.of(os.getpid()))
+    except loopback_limit.LoopbackLimitError as error:  # another limit on lo: nothing of ours is left behind
+        holder.rmdir()
+        source.close()
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         direct = fetch_mb_s(address, size)
         with LatencyRelay(target=address, latency_ms=args.throughput_latency_ms) as relay:
