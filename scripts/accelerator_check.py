@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelerator_needs as needs  # noqa: E402  (stdlib only: it runs before the stack is known)
+from common.units import duration_text  # noqa: E402  (stdlib only too)
 
 # in order of value: parity, then ops and tuning, then end to end, then what follows from them
 STEPS = ("triton", "hstu_ops", "tune", "flux", "retinanet", "dlrm", "compute_times")
@@ -363,7 +364,7 @@ def step_dlrm(ctx: Context, step: StepResult) -> None:
         name = f"dlrm-{kernel.lower()}-{pipeline}-{nproc}dev"
         left = ctx.seconds_left()
         if left is not None and left < DLRM_VARIANT_S:
-            ctx.skip(step, name, f"budget: {_duration(left)} left, a run takes ~{_duration(DLRM_VARIANT_S)}")
+            ctx.skip(step, name, f"budget: {duration_text(left)} left, a run takes ~{duration_text(DLRM_VARIANT_S)}")
             continue
         try:
             step.numbers[name] = _train(ctx, "recommendation_v4", gin, gpu + [
@@ -467,13 +468,8 @@ def _cannot_start(ctx: Context, name: str) -> str | None:
     left = ctx.seconds_left()
     estimate = 60 * ESTIMATES[name][0 if ctx.accelerator else 1]
     if left is not None and estimate > left:
-        return f"budget: {_duration(left)} left, the step takes ~{_duration(estimate)}"
+        return f"budget: {duration_text(left)} left, the step takes ~{duration_text(estimate)}"
     return None
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def run_step(ctx: Context, name: str) -> StepResult:

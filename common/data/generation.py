@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from common.data.generation_to_objects import DataRootAction, out_location, refuse_folded_url
 from common.object_store.publish import SETTINGS_FILE
+from common.units import duration_text, size_text
 
 PARTIAL_MARK = ".partial-"
 # What the files hold: the planted signal a model learns, or the same formats and sizes made fast for
@@ -442,7 +443,7 @@ def probe_writing(plan: DatasetPlan, jobs: Sequence[FileJob], directory: Path, w
     needed = limit + past_limit
     free = shutil.disk_usage(directory).free
     if free < needed + (1 << 30):
-        raise OSError(f"{directory} has {_human(free)} free; probing its write rate needs {_human(needed)} and a "
+        raise OSError(f"{directory} has {size_text(free)} free; probing its write rate needs {size_text(needed)} and a "
                       "GiB to spare")
     planned, total = [], 0
     for job in jobs:
@@ -451,7 +452,7 @@ def probe_writing(plan: DatasetPlan, jobs: Sequence[FileJob], directory: Path, w
         planned.append(job)
         total += job.nbytes
     if total < needed:
-        raise OSError(f"this shard's {_human(total)} do not go past the kernel's dirty limit: nothing to probe")
+        raise OSError(f"this shard's {size_text(total)} do not go past the kernel's dirty limit: nothing to probe")
     # SIGTERM (Slurm, timeout) unwinds like Ctrl-C, so the scratch directory and the workers go too
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
@@ -480,12 +481,6 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:,.0f} s"
-    return f"{seconds / 60:,.1f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
-
-
 def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Path | None = None,
                   probe_storage: bool = False) -> list[str]:
     jobs = list(plan.jobs())
@@ -503,18 +498,18 @@ def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Pat
         parallel, start, together = rate, 0.0, ""
     generating = start + own / max(parallel, 1e-9)
     lines = [
-        f"{plan.name}: {len(jobs):,} data files, {_human(total)} (estimated), plus metadata",
-        f"shard {shard}: {len(mine):,} files, {_human(own)}",
+        f"{plan.name}: {len(jobs):,} data files, {size_text(total)} (estimated), plus metadata",
+        f"shard {shard}: {len(mine):,} files, {size_text(own)}",
         f"measured {rate / 1e6:,.1f} MB/s in one process on a few files{together}: about "
-        f"{_duration(generating)} of generating for this shard",
+        f"{duration_text(generating)} of generating for this shard",
     ]
     limit = dirty_limit_bytes()
     if own <= limit:
         return lines
     if not probe_storage:
-        return [*lines, f"beyond the first {_human(limit)} (the kernel's dirty limit here) the storage's write rate "
+        return [*lines, f"beyond the first {size_text(limit)} (the kernel's dirty limit here) the storage's write rate "
                         f"bounds it too: --probe-storage measures that rate (writes the shard's first "
-                        f"{_human(1.25 * limit + (2 << 30))} into a scratch directory there, deleting each file)"]
+                        f"{size_text(1.25 * limit + (2 << 30))} into a scratch directory there, deleting each file)"]
     target = _existing_parent(out_dir or Path.cwd())
     try:
         storage = probe_writing(plan, mine, target, max(1, processes))
@@ -522,7 +517,7 @@ def dry_run_lines(plan: DatasetPlan, *, workers: int, shard: Shard, out_dir: Pat
         return [*lines, f"--probe-storage: {error}; the estimate above leaves the storage out"]
     expected = max(generating, start + limit / max(parallel, 1e-9) + (own - limit) / storage)
     return [*lines, f"{target} took this shard's first files at {storage / 1e6:,.1f} MB/s past the kernel's dirty "
-                    f"limit ({_human(limit)}), {processes} worker(s) writing: expect about {_duration(expected)} "
+                    f"limit ({size_text(limit)}), {processes} worker(s) writing: expect about {duration_text(expected)} "
                     "for this shard"]
 
 
@@ -568,16 +563,8 @@ def sizes_epilog(rows: Sequence[tuple[str, int, int, int]]) -> str:
     lines = ["sizes (bytes are estimates of the files written):",
              f"  {'size':<12}{'train samples':>15}{'bytes/sample':>16}{'total':>12}"]
     for name, samples, per_sample, total in rows:
-        lines.append(f"  {name:<12}{samples:>15,}{per_sample:>16,}{_human(total):>12}")
+        lines.append(f"  {name:<12}{samples:>15,}{per_sample:>16,}{size_text(total):>12}")
     return "\n".join(lines)
-
-
-def _human(nbytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:,.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
-        nbytes /= 1000
-    return ""
 
 
 def run_command(plan: DatasetPlan, out_dir: Path, args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json

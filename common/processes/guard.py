@@ -14,7 +14,6 @@ a folder it never made ends the guard itself: `kill()`).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal

@@ -9,13 +9,13 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from common import command_line
 from common.tracing.merge import TraceFileError, merge_step, merged_file, rank_files
+from common.units import size_text
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -23,8 +23,7 @@ def _ranks(ranks: Iterable[int]) -> str:
 
 
 def _size(paths: Iterable[Path]) -> str:
-    total = sum(p.stat().st_size for p in paths)
-    return f"{total / 1e6:.1f} MB" if total >= 100_000 else f"{total / 1e3:.1f} kB"
+    return size_text(sum(p.stat().st_size for p in paths))
 
 
 def _list(run_dir: str) -> None:

@@ -13,7 +13,6 @@ MLPerf Storage's flux_b200 workload: one B200 consumes a batch of 48 samples eve
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys

@@ -15,7 +15,6 @@ The samples are read through FluxArrowDataset, i.e. from the files, not from the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path

@@ -21,7 +21,6 @@ instead (less memory; not the published layout, and generator.json says so).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shutil

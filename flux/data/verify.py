@@ -13,7 +13,6 @@ load and match the T5/CLIP shapes. File integrity (md5) is verify_dataset.sh's j
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

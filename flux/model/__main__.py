@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 
 from common import command_line
 from flux.model.flavors import FLAVORS, get_flavor

@@ -11,7 +11,6 @@ batches are runs of consecutive anchors (the reference's user-major order) or ra
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib

@@ -21,7 +21,6 @@ a reference process) on hosts sharing the file system build it once.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json

@@ -23,7 +23,6 @@ included: they were built from the old sessions.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib

@@ -13,7 +13,6 @@ The validator reads parquet footers only, so it is cheap on the ~50 GB Yambda-5b
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pathlib
 import sys

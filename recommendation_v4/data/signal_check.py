@@ -12,7 +12,6 @@ evaluates on by default), to read a model's AUC against.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib

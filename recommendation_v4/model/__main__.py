@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 
 from common import command_line
 from recommendation_v4.model.flavors import FLAVORS

@@ -11,7 +11,6 @@ the uint8 antialiased resize, normalised in the loader or left uint8 for the acc
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import resource

@@ -17,7 +17,6 @@ The bench data is generated under --data-root/retinanet on first use.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys

@@ -8,7 +8,6 @@ model's compute from the loader (measured separately by retinanet.bench.loader).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 

@@ -9,7 +9,6 @@ the one layout.py describes; fiftyone also writes metadata/ and detections.csv p
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path

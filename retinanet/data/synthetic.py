@@ -12,7 +12,6 @@ so a detector's mAP rises as it learns.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib

@@ -9,7 +9,6 @@ image file exists, and an evenly spread sample of files decodes to its annotated
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path

@@ -5,7 +5,6 @@ python -m retinanet.model --flavor reference --count-params
 
 from __future__ import annotations
 
-import argparse
 
 from common import command_line
 from retinanet.model.backbone import count_parameters

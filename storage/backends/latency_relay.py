@@ -38,7 +38,6 @@ paths that already cross a TCP connection: an emulated host's sshfs connection t
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import ctypes

@@ -23,7 +23,6 @@ run's own records never hold them).
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import shutil

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from common.checkpoint.manager import TMP_SUFFIX, CheckpointManager
+from common.units import size_text
 from storage.checkpoint.plan import CheckpointPlan, rank_of_file
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -229,9 +230,6 @@ def ranks_text(ranks: Sequence[int]) -> str:
         return f"rank {ranks[0]}"
     return f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else f"{len(ranks)} ranks"
 
-
-def size_text(size: int) -> str:
-    return f"{size / 1e9:,.2f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
 
 
 def sharing(views: Mapping[int, View]) -> list[list[int]]:

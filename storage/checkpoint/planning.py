@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys

@@ -19,6 +19,7 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from common.units import binary_size_text
 
 MEMINFO = Path("/proc/meminfo")
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
@@ -60,14 +61,6 @@ class MemoryCheck:
     dataset_bytes: int
     host_memory_bytes: int
     warning: str | None
-
-
-def format_bytes(count: int) -> str:
-    """`count` in binary units with the exact figure, for messages: '12.0 MiB (12,582,912 B)'."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit} ({count:,} B)"
-    return f"{count:,} B"
 
 
 # --- walking the dataset ---------------------------------------------------------------------
@@ -344,8 +337,8 @@ def dataset_vs_memory(paths: Sequence[Path], *, meminfo: Path = MEMINFO, client_
     warning = None
     if data < MEMORY_FACTOR * memory:
         warning = (
-            f"the dataset is {format_bytes(data)}, less than {MEMORY_FACTOR} x {whose} of "
-            f"{format_bytes(memory)} (MLPerf Storage's minimum, so that the page cache cannot hold "
+            f"the dataset is {binary_size_text(data)}, less than {MEMORY_FACTOR} x {whose} of "
+            f"{binary_size_text(memory)} (MLPerf Storage's minimum, so that the page cache cannot hold "
             f"it): the page cache may serve reads; the files are evicted at start, but re-reads in "
             f"later epochs may hit the cache")
     return MemoryCheck(data, memory, warning)

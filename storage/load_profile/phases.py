@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from common.data.fidelity import DataPathSetting, departures_line
 from common.data.phases import KINDS, ONE_TIME, PER_WINDOW, recorded_phases
+from common.units import size_text
 
 _COUNTS = ("bytes_read", "bytes_written", "files_read", "files_written")
 _DEVICE = ("device_read_bytes", "device_write_bytes")
@@ -161,19 +162,6 @@ def _require(entry: Mapping[str, Any], where: str, key: str, ok: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- the [load] lines
-
-def size_text(value: float | None, *, gb_digits: int = 2) -> str:
-    """812.3 MB, 1.21 GB (1 MB = 1e6 B, as the rest of the profile counts)."""
-    if value is None:
-        return "n/a"
-    if value >= 1e9:
-        return f"{value / 1e9:,.{gb_digits}f} GB"
-    if value >= 1e6:
-        return f"{value / 1e6:,.1f} MB"
-    if value >= 1e3:
-        return f"{value / 1e3:,.1f} kB"
-    return f"{value:,.0f} B"
-
 
 def phase_text(name: str, total: Mapping[str, Any]) -> str:
     """'cache_build once 812.3 MB read, 1.21 GB written in 14.2 s (peak 3.1 GB)', or for a per-window phase

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from common.data.phases import ONE_TIME
+from common.units import duration_text, size_text
 from storage.emulation.phase_costs import one_time_cost
-from storage.load_profile.phases import of_kind, size_text
+from storage.load_profile.phases import of_kind
 from storage.sweep.rules import Point
 
 MEASURED, PROBED, DEVICE = "measured in the point", "derived from the probed sequential rates", \
@@ -83,31 +84,21 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds >= 7200:
-        return f"{seconds / 3600:,.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:,.1f} min"
-    return f"{seconds:,.1f} s" if seconds >= 1 else f"{seconds * 1e3:,.1f} ms"
-
-
 def _one_time_text(entry: Mapping[str, Any], probe: Mapping[str, Any] | None) -> str:
     cost = entry["on_this_storage"]
     how = cost["method"]
     if how == PROBED:
         how += (f": write {probe['write_mb_per_s']:,.1f} MB/s, read {probe['read_mb_per_s']:,.1f} MB/s; "
-                f"{_duration(cost['read_s'])} reading, {_duration(cost['write_s'])} writing")
+                f"{duration_text(cost['read_s'])} reading, {duration_text(cost['write_s'])} writing")
     elif how == DEVICE and cost["read_s"] is not None:
-        how += f": {_duration(cost['read_s'])} reading"
+        how += f": {duration_text(cost['read_s'])} reading"
     elif how == MEASURED:
         how += f" ({entry['source']})"
     measured = "" if entry["source"].startswith("point") else \
-        f"; measured {_duration(entry['seconds_measured'])} in {entry['source'].removeprefix('--phases-from ')}"
+        f"; measured {duration_text(entry['seconds_measured'])} in {entry['source'].removeprefix('--phases-from ')}"
     peak = f", peak memory {size_text(entry['peak_memory_bytes'], gb_digits=1)}" if entry.get("peak_memory_bytes") else ""
     return (f"{entry['name']} (one-time): {size_text(entry['bytes_read'])} read, {size_text(entry['bytes_written'])} "
-            f"written{peak}: {_duration(cost['seconds'])} on this storage ({how}){measured}")
+            f"written{peak}: {duration_text(cost['seconds'])} on this storage ({how}){measured}")
 
 
 def _window_text(entry: Mapping[str, Any], accelerators: int | None) -> str:
@@ -115,7 +106,7 @@ def _window_text(entry: Mapping[str, Any], accelerators: int | None) -> str:
     return (f"{entry['name']} (per window, at {accelerators} accelerators): {size_text(entry['bytes_per_window'])} "
             f"read per window ({size_text(entry['device_bytes_per_window'])} from the device), {per_sample} per "
             f"sample = {_percent(entry['share_of_device_bytes_per_sample'])} of the device bytes per sample; "
-            f"{_duration(entry['seconds_per_window'])} per rank and window = "
+            f"{duration_text(entry['seconds_per_window'])} per rank and window = "
             f"{_percent(entry['share_of_window_time'])} of a window's time")
 
 

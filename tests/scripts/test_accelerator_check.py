@@ -120,7 +120,7 @@ def test_the_budget_starts_no_step_that_would_pass_it(tmp_path, monkeypatch):
                                    "--budget-minutes", "0.05"]) == 0
     steps = json.loads((tmp_path / "report.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["ok", "ok", "skipped", "skipped", "skipped", "skipped", "ok"]
-    assert steps[2]["error"].startswith("budget: ") and steps[2]["error"].endswith("left, the step takes ~1 s")
+    assert steps[2]["error"].startswith("budget: ") and steps[2]["error"].endswith("left, the step takes ~1.2 s")
 
 
 def test_the_steps_are_in_order_of_value_and_dlrm_runs_its_production_setting_first():

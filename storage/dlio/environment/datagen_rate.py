@@ -38,7 +38,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json

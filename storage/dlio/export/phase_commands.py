@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from common.data.phases import ONE_TIME, PER_WINDOW
+from common.units import size_text
 from storage.dlio.export.phase_workloads import MLPERF_DIR, phase_slug, share_text, window_figures
-from storage.load_profile.phases import of_kind, size_text
+from storage.load_profile.phases import of_kind
 
 _DLIO = "dlio_benchmark --config-dir <storage>/configs/dlio"
 _COLD = "sync && echo 3 > /proc/sys/vm/drop_caches   # root: the reads below come from storage, not the page cache"

@@ -35,7 +35,8 @@ from typing import Any, Mapping
 import yaml
 
 from common.data.phases import ONE_TIME, PER_WINDOW
-from storage.load_profile.phases import of_kind, size_text
+from common.units import size_text
+from storage.load_profile.phases import of_kind
 
 MLPERF_DIR = Path("mlperf_storage") / "phases"
 DLIO_2_DIR = Path("dlio-2.0.0-phases") / "workload"

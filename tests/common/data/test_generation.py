@@ -156,15 +156,15 @@ def test_memory_fill_and_dry_run(tmp_path: Path) -> None:
         generation.samples_to_fill(0, 1.0)
     assert generation.host_memory_bytes() > 2**20
     lines = generation.dry_run_lines(NumbersPlan(), workers=2, shard=Shard(0, 1))
-    assert lines[0].startswith("numbers (seed 0): 9 data files, 12.6 KB") and "for this shard" in lines[2]
-    assert len(lines) == 3  # 12.6 KB: under the kernel's dirty limit, the storage does not bound it
+    assert lines[0].startswith("numbers (seed 0): 9 data files, 12.6 kB") and "for this shard" in lines[2]
+    assert len(lines) == 3  # 12.6 kB: under the kernel's dirty limit, the storage does not bound it
     assert not list(tmp_path.iterdir()) and os.path.exists(tmp_path)  # nothing written
 
 
 def test_a_dry_run_past_the_dirty_limit_names_the_storage_and_probes_it_when_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < generation.dirty_limit_bytes() < generation.host_memory_bytes()
-    monkeypatch.setattr(generation, "dirty_limit_bytes", lambda: 4000)  # the plan's 12.6 KB go past it
+    monkeypatch.setattr(generation, "dirty_limit_bytes", lambda: 4000)  # the plan's 12.6 kB go past it
     lines = generation.dry_run_lines(NumbersPlan(), workers=1, shard=Shard(0, 1))
     assert "--probe-storage measures that rate" in lines[-1]
     jobs = NumbersPlan().jobs()
@@ -182,7 +182,7 @@ def test_a_dry_run_past_the_dirty_limit_names_the_storage_and_probes_it_when_ask
     lines = generation.dry_run_lines(NumbersPlan(), workers=1, shard=Shard(0, 1), out_dir=tmp_path / "new" / "dir",
                                      probe_storage=True)
     assert lines[-1].startswith(f"{tmp_path} took this shard's first files at 0.0 MB/s")
-    assert "expect about 9 s for this shard" in lines[-1]
+    assert "expect about 8.6 s for this shard" in lines[-1]
 
 
 class RacedPlan(NumbersPlan):

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from common.units import binary_size_text
 from storage.host import page_cache
 from storage.host.page_cache import (
     PageCacheError,
     dataset_vs_memory,
     drop_caches,
     evict,
-    format_bytes,
     resident_bytes,
     resident_tree_bytes,
 )
@@ -142,7 +142,7 @@ def test_a_small_dataset_is_warned_about_naming_both_sizes(tmp_path):
     _write(tmp_path / "tiny.bin", 12345)
     check = dataset_vs_memory([tmp_path])
     assert check.dataset_bytes == 12345 and check.host_memory_bytes > 0
-    assert format_bytes(12345) in check.warning and format_bytes(check.host_memory_bytes) in check.warning
+    assert binary_size_text(12345) in check.warning and binary_size_text(check.host_memory_bytes) in check.warning
     assert "page cache may serve reads" in check.warning and "later epochs" in check.warning
 
 
