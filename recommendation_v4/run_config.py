@@ -20,7 +20,7 @@ from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerC
 KERNELS = ("PYTORCH", "TRITON")
 CLOSED_RULES = "closed_rules"  # StreamingConfig.first_eval_at_grid_point derived as the closed rules do
 EVAL_MODES = ("holdout", "next_window")
-# recommendation_v4/parallel/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
+# recommendation_v4/train_pipeline.py; "auto": sparse_dist on a GPU, plain on a CPU
 TRAIN_PIPELINES = ("auto", "sparse_dist", "plain")
 HISTORY_STRATEGIES = ("interleaved", "last_n")
 

@@ -40,7 +40,7 @@ from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.ops import HammerKernel
 from recommendation_v4.parallel.embedding_init import init_sharded_embeddings
 from recommendation_v4.parallel.sharding import build_optimizer, describe_plan, shard_model
-from recommendation_v4.parallel.train_pipeline import dlrm_task_class
+from recommendation_v4.train_pipeline import dlrm_task_class
 from recommendation_v4.run_config import DlrmConfigs
 from recommendation_v4.schedule import closed_rules_warning, dlrm_schedule
 from recommendation_v4.spec import SPEC

@@ -26,7 +26,7 @@ class HSTUBatch(Pipelineable):
 
     It is a TorchRec `Pipelineable` (`to`, `record_stream`, and `pin_memory` for the host side), so
     TrainPipelineSparseDist can copy it to the device on its own stream and find the
-    EmbeddingCollection's input as the plain attribute `features` (recommendation_v4/parallel/train_pipeline.py).
+    EmbeddingCollection's input as the plain attribute `features` (recommendation_v4/train_pipeline.py).
     """
 
     features: KeyedJaggedTensor

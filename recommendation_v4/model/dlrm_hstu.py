@@ -125,7 +125,7 @@ class DlrmHSTU(KernelModule):
         The lookup reads `batch.features` as it is and everything after it goes through
         `_dense_logits`, which FX does not trace into: that is what lets TorchRec's
         TrainPipelineSparseDist trace this forward and start the lookup's input all-to-all for the
-        next batch ahead of time (recommendation_v4/parallel/train_pipeline.py)."""
+        next batch ahead of time (recommendation_v4/train_pipeline.py)."""
         with record_function("## embedding_lookup ##"):
             looked_up = self.embedding_collection(batch.features)
         return _dense_logits(self, batch, looked_up, max_seq_len)

@@ -25,7 +25,7 @@ from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU
 from recommendation_v4.run_config import TrainConfig
 from recommendation_v4.task import DlrmTask
-from recommendation_v4.parallel.train_pipeline import PipelinedDlrmTask, dlrm_task_class, uses_sparse_dist
+from recommendation_v4.train_pipeline import PipelinedDlrmTask, dlrm_task_class, uses_sparse_dist
 from tests.recommendation_v4.trainer_runs import DEBUG_GIN, eval_records, run_trainer, start_trainer, tiny_bindings
 from tests.trainers.trainer_process import wait_for_step
 
