@@ -39,7 +39,6 @@ from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import features, hashing, history, schema
 from recommendation_v4.data.batch import HSTUBatch
 from recommendation_v4.data.item_maps import ItemMaps
-from recommendation_v4.data.loader import make_batch_loader  # noqa: F401  (re-exported)
 from recommendation_v4.data.samples import YambdaSample, assemble_batch, collate_samples  # noqa: F401
 
 SCAN_WINDOW = 20_000  # the reference's (dlrm_v4/utils.py get_dataset passes it to the dataset)

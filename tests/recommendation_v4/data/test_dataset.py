@@ -14,7 +14,7 @@ import torch
 from common.data.reads import forget_access_history, recording
 from recommendation_v4.data import features, hashing, layout, schema
 from recommendation_v4.data import cache_format as cf
-from recommendation_v4.data.dataset import YambdaDataset, collate_samples, make_batch_loader
+from recommendation_v4.data.dataset import YambdaDataset, collate_samples
 from recommendation_v4.data.item_maps import ItemMaps
 
 HISTORY_LENGTH, MIN_HISTORY = 60, 5  # the cache the session fixture builds
@@ -164,12 +164,16 @@ def test_bad_arguments(tiny_cache_dir: pathlib.Path, maps: ItemMaps, tmp_path: p
 
 
 def test_loader_with_workers_yields_the_requested_batches(dataset: YambdaDataset) -> None:
+    from common.data.loader import StreamingLoader
+
     assert len(pickle.dumps(dataset)) < 50_000  # memory maps are reopened in workers, never pickled
     index_batches = [np.arange(i * 16, i * 16 + 16) for i in range(5)]
-    loader = make_batch_loader(dataset, index_batches, num_workers=2)
-    assert loader.persistent_workers
-    for _ in range(2):
-        batches = list(loader)
+    loader = StreamingLoader(source=dataset, build_window=lambda key: index_batches, num_workers=2)
+    try:  # two windows on the same two workers, as a trainer streams them
+        windows = [[batch for _, batch in loader.iterate(0, next_key=1)], [batch for _, batch in loader.iterate(1)]]
+    finally:
+        loader.close()
+    for batches in windows:
         assert len(batches) == len(index_batches)
         for got, indices in zip(batches, index_batches):
             assert torch.equal(got.sample_ids, dataset.get_batch(indices).sample_ids)

@@ -14,10 +14,16 @@ from common.data.loader import stream_batches
 from retinanet.data import layout
 from retinanet.data.batch import DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.dataset import BadImageError, LoaderSettings, OpenImagesDetectionDataset
-from retinanet.data.loader import make_detection_loader
 from retinanet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, flip_decision, normalize_imagenet
 
 SIZE = 64
+
+
+def _in_order(dataset: OpenImagesDetectionDataset, batch_size: int, workers: int) -> list:
+    """The dataset in order, in batches of `batch_size`, through the trainers' loader (common.data.loader)."""
+    count = len(dataset)
+    return list(stream_batches(dataset, [np.arange(i, min(i + batch_size, count)) for i in range(0, count, batch_size)],
+                               num_workers=workers))
 
 
 def _write_split(root: Path, images: list[tuple[str, np.ndarray, list[list[float]]]]) -> Path:
@@ -96,8 +102,8 @@ def test_collation_applies_imagenet_normalisation(white_box_dir: Path) -> None:
     raw = collate_detection_samples(samples, normalize=False)
     assert raw.images.dtype == torch.uint8 and torch.equal(raw.images[0], samples[0].image)
     torch.testing.assert_close(normalize_imagenet(raw.images), batch.images)
-    uint8_loader = make_detection_loader(_dataset(white_box_dir, normalize=False), batch_size=2, num_workers=0)
-    assert torch.equal(next(iter(uint8_loader)).images, raw.images)
+    uint8_batch = _in_order(_dataset(white_box_dir, normalize=False), 2, workers=0)[0]
+    assert torch.equal(uint8_batch.images, raw.images)
 
 
 def test_flipped_boxes_follow_the_flipped_pixels(white_box_dir: Path) -> None:
@@ -180,7 +186,7 @@ def test_bad_file_error_crosses_the_worker_boundary(white_box_dir: Path) -> None
     dataset = _dataset(white_box_dir)
     _break(dataset.images_dir, "box.jpg", "truncated")
     with pytest.raises(BadImageError, match=r"box\.jpg"):
-        list(make_detection_loader(dataset, batch_size=2, num_workers=1, persistent_workers=False))
+        _in_order(dataset, 2, workers=1)
 
 
 def test_skip_bad_files_skips_and_counts(white_box_dir: Path) -> None:
@@ -188,7 +194,7 @@ def test_skip_bad_files_skips_and_counts(white_box_dir: Path) -> None:
     _break(dataset.images_dir, "box.jpg", "truncated")
     skipped = dataset[0]
     assert isinstance(skipped, SkippedSample) and "box.jpg" in skipped.path and "truncated" in skipped.reason
-    batches = list(make_detection_loader(dataset, batch_size=2, num_workers=1, persistent_workers=False))
+    batches = _in_order(dataset, 2, workers=1)
     assert len(batches) == 1 and batches[0].num_skipped == 1 and len(batches[0]) == 1
     assert batches[0].image_ids.tolist() == [2]
     only_bad = collate_detection_samples([skipped])
@@ -219,21 +225,32 @@ def test_worker_batches_match_in_process_batches(tiny_dataset_dir: Path) -> None
     dataset = OpenImagesDetectionDataset.from_split(
         tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE, augment=True)
     )
-    in_process = list(make_detection_loader(dataset, batch_size=4, num_workers=0))
-    from_worker = list(make_detection_loader(dataset, batch_size=4, num_workers=1, persistent_workers=False))
+    in_process = _in_order(dataset, 4, workers=0)
+    from_worker = _in_order(dataset, 4, workers=1)
     assert len(in_process) == len(from_worker) == 8
     for expected, actual in zip(in_process, from_worker, strict=True):
         assert torch.equal(expected.images, actual.images) and torch.equal(expected.image_ids, actual.image_ids)
 
 
-def test_persistent_workers_serve_every_image_each_epoch(tiny_dataset_dir: Path) -> None:
+def test_the_same_workers_serve_every_image_of_each_shuffled_window(tiny_dataset_dir: Path) -> None:
+    from common.data.loader import StreamingLoader
+
     dataset = OpenImagesDetectionDataset.from_split(
         tiny_dataset_dir, layout.TRAIN_SPLIT, settings=LoaderSettings(image_size=SIZE)
     )
-    loader = make_detection_loader(dataset, batch_size=5, num_workers=2, shuffle=True, seed=0)
-    expected = sorted(record.image_id for record in dataset.records)
-    epochs = [sorted(i for batch in loader for i in batch.image_ids.tolist()) for _ in range(2)]
-    assert epochs == [expected, expected]
+
+    def window(key: int) -> list[np.ndarray]:  # every image, in another order each window, in batches of 5
+        order = np.random.default_rng(key).permutation(len(dataset))
+        return [order[i:i + 5] for i in range(0, len(order), 5)]
+
+    loader = StreamingLoader(source=dataset, build_window=window, num_workers=2)
+    try:
+        windows = [[i for _, batch in loader.iterate(0, next_key=1) for i in batch.image_ids.tolist()],
+                   [i for _, batch in loader.iterate(1) for i in batch.image_ids.tolist()]]
+    finally:
+        loader.close()
+    expected = sorted(int(record.image_id) for record in dataset.records)
+    assert [sorted(ids) for ids in windows] == [expected, expected] and windows[0] != windows[1]
 
 
 def test_train_split_keeps_images_without_boxes_unless_told(tmp_path: Path) -> None:
