@@ -246,7 +246,7 @@ def _breakdown(benchmark: str, plan, scratch: Path) -> dict[str, str]:
         catalog, users = plan.world
         chunk = plan._chunks()[0]
         t = time.perf_counter()
-        table = ys._generate_chunk(users=users, user_range=chunk, catalog=catalog, size=plan.config,
+        table = ys.learnable_chunk(users=users, user_range=chunk, catalog=catalog, size=plan.config,
                                    coefficients=plan.coefficients, rng=np.random.default_rng([0, 2, 0]))
         t = _timed(pieces, "drawing (events of a chunk of users)", t)
         with pq.ParquetWriter(target, schema.arrow_schema(schema.MULTI_EVENT_COLUMNS), compression="lz4") as writer:
@@ -295,7 +295,7 @@ def _storage_breakdown(benchmark: str, plan, target: Path, pieces: dict[str, flo
             t = time.perf_counter()
             table = plan._chunk_table(job)
             t = _timed(pieces, "drawing (a chunk's columns from lookup tables)", t)
-            with ys._event_log_writer(target, plan.content) as writer:
+            with ys.event_log_writer(target, plan.content) as writer:
                 writer.write_table(table, row_group_size=ys.PARQUET_ROW_GROUP_ROWS)
             _timed(pieces, "parquet write (lz4, byte-stream-split)", t)
 

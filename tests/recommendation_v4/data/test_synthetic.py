@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.data import generation
-from recommendation_v4.data import layout, schema, synthetic
+from recommendation_v4.data import layout, schema, synthetic, synthetic_world
 from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data.item_maps import ItemMaps
 from recommendation_v4.data.preprocess import ensure_processed, stale_reason
@@ -116,7 +116,7 @@ def test_user_activity_is_skewed(tiny_events: dict[str, np.ndarray]) -> None:
 def test_timestamps_are_binned_sorted_and_sessions_are_separated(tiny_events: dict[str, np.ndarray]) -> None:
     uid, ts = tiny_events["uid"].astype(np.int64), tiny_events["timestamp"].astype(np.int64)
     assert np.all(ts % schema.TIMESTAMP_BIN_SECONDS == 0)
-    assert ts.max() < synthetic.get_size("tiny").num_days * synthetic.DAY_SECONDS
+    assert ts.max() < synthetic.get_size("tiny").num_days * synthetic_world.DAY_SECONDS
     same_user = np.diff(uid) == 0
     assert np.all(np.diff(uid) >= 0)
     gaps = np.diff(ts)[same_user]
@@ -127,7 +127,7 @@ def test_timestamps_are_binned_sorted_and_sessions_are_separated(tiny_events: di
     # ~1700 s; sessions are separated by more than the 1800 s cut. Nothing falls in between.
     inside = listen_gaps[listen_gaps <= 1800]
     assert np.median(inside) < 400
-    longest_play, shortest_gap = synthetic.MAX_PLAY_SECONDS + 20, synthetic.MIN_SESSION_GAP_SECONDS - 10
+    longest_play, shortest_gap = synthetic_world.MAX_PLAY_SECONDS + 20, synthetic_world.MIN_SESSION_GAP_SECONDS - 10
     no_mans_land = (listen_gaps > longest_play) & (listen_gaps < shortest_gap)
     assert no_mans_land.sum() == 0
     between = (listen_gaps > 1800).sum()
@@ -210,7 +210,7 @@ def test_a_regenerated_dataset_drops_what_was_derived_from_the_old_one(tmp_path:
 def test_the_largest_item_id_is_always_mapped(seed: int) -> None:
     # half the catalog unmapped: without the rule the largest id would be left out for half the seeds
     config = dataclasses.replace(synthetic.get_size("tiny"), unmapped_item_fraction=0.5)
-    catalog = synthetic._build_catalog(config, np.random.default_rng([seed, 0]))
+    catalog = synthetic.build_catalog(config, np.random.default_rng([seed, 0]))
     num_items = catalog.item_album.size
     assert catalog.item_mapped[-1] and 0.3 < catalog.item_mapped.mean() < 0.7
     for columns in (schema.ALBUM_MAPPING_COLUMNS, schema.ARTIST_MAPPING_COLUMNS):

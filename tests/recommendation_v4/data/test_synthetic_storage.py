@@ -14,7 +14,7 @@ import pytest
 
 from common.data import generation
 from common.data.generation import LEARNABLE, STORAGE
-from recommendation_v4.data import cache_build, layout, schema, synthetic
+from recommendation_v4.data import cache_build, layout, schema, synthetic, synthetic_world
 from recommendation_v4.data.dataset import YambdaDataset
 from recommendation_v4.data.item_maps import ItemMaps
 from recommendation_v4.data.preprocess import SOURCES_FILE, ensure_processed, read_split_meta
@@ -123,14 +123,14 @@ def test_marginal_statistics_follow_the_learnable_content(
 
     uid, ts, kind = storage["uid"], storage["timestamp"], storage["event_type"]
     assert np.all(ts % schema.TIMESTAMP_BIN_SECONDS == 0)
-    assert ts.max() < synthetic.get_size("tiny").num_days * synthetic.DAY_SECONDS
+    assert ts.max() < synthetic.get_size("tiny").num_days * synthetic_world.DAY_SECONDS
     same_user = np.diff(uid) == 0
     assert np.all(np.diff(uid) >= 0) and np.all(np.diff(ts)[same_user] >= 0)
     tie = same_user & (np.diff(ts) == 0)
     assert np.all(np.diff(kind)[tie] >= 0)  # a bin's events in Yambda's type order, listens first
     listen = kind == schema.LISTEN
     gaps = np.diff(ts[listen])[np.diff(uid[listen]) == 0]
-    no_mans_land = (gaps > synthetic.MAX_PLAY_SECONDS + 20) & (gaps < synthetic.MIN_SESSION_GAP_SECONDS - 10)
+    no_mans_land = (gaps > synthetic_world.MAX_PLAY_SECONDS + 20) & (gaps < synthetic_world.MIN_SESSION_GAP_SECONDS - 10)
     assert no_mans_land.sum() == 0
     learnable_listen = learnable["event_type"] == schema.LISTEN
     learnable_gaps = np.diff(learnable["timestamp"][learnable_listen])[np.diff(learnable["uid"][learnable_listen]) == 0]
