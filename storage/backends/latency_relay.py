@@ -43,13 +43,11 @@ import contextlib
 import ctypes
 import dataclasses
 import json
-import math
 import os
 import random
 import select
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -60,36 +58,19 @@ from typing import Any
 
 from common import command_line
 from common.processes.identity import ProcessIdentity
+from storage.backends.latency_control import (CONTROL_POLL_S, LatencyRelayError, applied_path, check_delay, control_record,
+                                              set_delay, staging_path, write_json)
 
 CHUNK = 256 << 10  # bytes read at a time
 MAX_QUEUED_BYTES = 32 << 20  # per direction: held chunks beyond it stop the reading (a slow receiver)
-CONTROL_POLL_S = 0.02
 OWNER_POLL_S = 0.2
 START_S = 20.0
-APPLY_S = 10.0
 LATENESS_WINDOW, LATENESS_EVERY = 64, 16  # sends whose lateness sets the early wake-up, and how often
 MAX_EARLY_NS = 500_000
 MODULE = "storage.backends.latency_relay"
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _PR_SET_PDEATHSIG, _PR_SET_TIMERSLACK = 1, 29
 _EOF = b""
-
-
-class LatencyRelayError(RuntimeError):
-    """A relay that cannot start, or a setting it refuses, on one line naming why."""
-
-
-# where a storage's relays are named to the runs that read through them: their control files, os.pathsep between
-# (storage.backends.object_endpoint writes it into its env file; storage.sweep and the runs read it)
-RELAYS_VARIABLE = "MLPERF_LATENCY_RELAYS"
-
-
-def check_delay(latency_ms: float, jitter_ms: float = 0.0, *, flag: str = "--latency-ms",
-                jitter_flag: str = "--jitter-ms") -> None:
-    """LatencyRelayError naming the flag for a latency or jitter that is not a finite number >= 0."""
-    for name, value in ((flag, latency_ms), (jitter_flag, jitter_ms)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise LatencyRelayError(f"{name} must be a number >= 0 (milliseconds), got {value!r}")
 
 
 def _parse_address(text: str, flag: str) -> tuple[str, int]:
@@ -307,60 +288,8 @@ def _watch(relay: _Relay, control: Path | None, owner: ProcessIdentity | None) -
                     check_delay(delay.latency_ms, delay.jitter_ms)
                     relay.delay = delay
                     seen = stamp
-                    _write_json(_applied(control), {**dataclasses.asdict(delay), "pid": os.getpid(), "mtime_ns": stamp})
+                    write_json(applied_path(control), {**dataclasses.asdict(delay), "pid": os.getpid(), "mtime_ns": stamp})
         time.sleep(CONTROL_POLL_S)
-
-
-def _applied(control: Path) -> Path:
-    return control.with_name(control.name + ".applied")
-
-
-def _staging(path: Path, pid: int) -> Path:
-    """Where process `pid` writes `path` before it replaces it (a SIGKILL in between leaves it)."""
-    return path.with_name(f".{path.name}.{pid}.tmp")
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    """`value` at `path`, whole or not at all, written through no link (what is at `path` is replaced)."""
-    staging = _staging(path, os.getpid())
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(staging, flags, 0o644)
-    except FileExistsError:  # left by a killed writer of the same pid, or planted: the name goes, not its target
-        staging.unlink()
-        fd = os.open(staging, flags, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps(value) + "\n")
-    os.replace(staging, path)
-
-
-CONTROL_FORMAT = "mlperf-latency-relay-control"
-
-
-def check_control(control: Path) -> None:
-    """LatencyRelayError unless `control` is a relay's control file: a regular file, not a link, that
-    carries the mark the relay wrote into it (CONTROL_FORMAT). What `set_delay` writes over."""
-    try:
-        fd = os.open(control, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise LatencyRelayError(f"the relay control file {control} does not exist (is the storage still up?)") from None
-    except OSError as error:
-        raise LatencyRelayError(f"{control} is not a relay's control file ({error.strerror}): not written") from None
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise LatencyRelayError(f"{control} is not a relay's control file (not a regular file): not written")
-        head = file.read(4096)
-    try:
-        mark = json.loads(head).get("format")
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        mark = None
-    if mark != CONTROL_FORMAT:
-        raise LatencyRelayError(f"{control} is not a relay's control file (it has no {CONTROL_FORMAT} mark): "
-                                "not written")
-
-
-def _control_record(latency_ms: float, jitter_ms: float) -> dict[str, Any]:
-    return {"format": CONTROL_FORMAT, "latency_ms": latency_ms, "jitter_ms": jitter_ms}
 
 
 def _on_time() -> str:
@@ -407,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --listen {args.listen}: {error.strerror}", file=sys.stderr)
         return 2
     if args.control is not None:
-        _write_json(args.control, _control_record(args.latency_ms, args.jitter_ms))
+        write_json(args.control, control_record(args.latency_ms, args.jitter_ms))
     threading.Thread(target=_watch, args=(relay, args.control, args.owner), daemon=True).start()
     host, port = relay.address
     print(f"listening {host}:{port}", flush=True)
@@ -551,10 +480,10 @@ class LatencyRelay:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(timeout=1)
         if self.control is not None:
-            for path in (self.control, _applied(self.control)):
+            for path in (self.control, applied_path(self.control)):
                 path.unlink(missing_ok=True)
                 if self.process is not None:  # what the relay was writing when it was killed
-                    _staging(path, self.process.pid).unlink(missing_ok=True)
+                    staging_path(path, self.process.pid).unlink(missing_ok=True)
         return problems
 
     def record(self) -> dict[str, Any]:
@@ -577,26 +506,6 @@ class LatencyRelay:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def set_delay(control: Path, latency_ms: float, jitter_ms: float = 0.0, *, running: Any = None,
-              timeout_s: float = APPLY_S) -> None:
-    """Writes a relay's control file (only one it marked: check_control) and waits until the relay has
-    applied it (LatencyRelayError if not)."""
-    check_delay(latency_ms, jitter_ms)
-    check_control(control)
-    _write_json(control, _control_record(latency_ms, jitter_ms))
-    stamp = control.stat().st_mtime_ns
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            applied = json.loads(_applied(control).read_text())
-            if applied.get("mtime_ns") == stamp:
-                return
-        if running is not None and not running():
-            raise LatencyRelayError(f"the latency relay of {control} no longer runs")
-        time.sleep(CONTROL_POLL_S)
-    raise LatencyRelayError(f"the latency relay of {control} did not apply {latency_ms:g} ms within {timeout_s:g} s")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ from pathlib import Path
 from common import command_line
 from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
-from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelay, LatencyRelayError, check_delay
+from storage.backends.latency_control import RELAYS_VARIABLE, LatencyRelayError, check_delay
+from storage.backends.latency_relay import LatencyRelay
 from storage.backends.root_folder import UnsafeFolder, check_folder, check_path_to_make
 
 ADDRESS = "127.0.0.1"

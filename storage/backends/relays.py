@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from storage.backends.latency_relay import RELAYS_VARIABLE
+from storage.backends.latency_control import RELAYS_VARIABLE
 
 
 def find_relays(emulated_hosts: Path | None, environ: Mapping[str, str] = os.environ, *,

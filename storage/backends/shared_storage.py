@@ -46,7 +46,8 @@ from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
 from storage.host.commands import run_checked
 from storage.backends.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
-from storage.backends.latency_relay import LatencyRelay, LatencyRelayError, check_delay, set_delay
+from storage.backends.latency_control import LatencyRelayError, check_delay, set_delay
+from storage.backends.latency_relay import LatencyRelay
 from storage.backends.root_folder import UnsafeFolder, check_file, check_folder, check_no_links, check_path_to_make, trusted_folder
 from storage.backends.sshd_server import ADDRESS, SshdServer, SshdServerError
 

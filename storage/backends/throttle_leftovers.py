@@ -9,7 +9,6 @@ A pid that runs again under another process keeps its leftovers: they are left, 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
+from storage.backends.latency_control import RELAYS_VARIABLE, LatencyRelayError, check_control, check_delay, set_delay
 from storage.backends.relays import find_relays
 from storage.backends.shared_storage import SharedStorageError
 from storage.sweep.plot import bar

@@ -22,7 +22,8 @@ import pytest
 
 from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
-from storage.backends.latency_relay import MODULE, LatencyRelay, LatencyRelayError, set_delay
+from storage.backends.latency_control import LatencyRelayError, set_delay
+from storage.backends.latency_relay import MODULE, LatencyRelay
 from storage.backends.round_trip_probe import Listener, echo as echo_back, fetch_mb_s, round_trips_ms, sender
 from tests.environment import unavailable
 
@@ -212,7 +213,7 @@ def test_bad_settings_are_one_line_naming_the_flag(tmp_path):
 
 
 def test_only_a_control_file_the_relay_marked_is_written_and_never_through_a_link(tmp_path):
-    from storage.backends.latency_relay import CONTROL_FORMAT, _staging, _write_json
+    from storage.backends.latency_control import CONTROL_FORMAT, staging_path, write_json
 
     listener = socket.create_server(("127.0.0.1", 0))  # the relay's target: never reached here
     control = tmp_path / "relay.json"
@@ -228,7 +229,7 @@ def test_only_a_control_file_the_relay_marked_is_written_and_never_through_a_lin
     assert scratch.read_text() == "a user's file\n"
     # a staging name planted as a link to the scratch file: the link goes, the file it names stays
     target = tmp_path / "out.json"
-    _staging(target, os.getpid()).symlink_to(scratch)
-    _write_json(target, {"x": 1})
+    staging_path(target, os.getpid()).symlink_to(scratch)
+    write_json(target, {"x": 1})
     assert json.loads(target.read_text()) == {"x": 1} and scratch.read_text() == "a user's file\n"
-    assert not _staging(target, os.getpid()).exists()
+    assert not staging_path(target, os.getpid()).exists()

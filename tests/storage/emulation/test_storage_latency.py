@@ -11,7 +11,8 @@ import pytest
 
 from storage.emulation.report import read_report
 from storage.emulation.storage_latency import relay_controls, snapshot, storage_latency, text
-from storage.backends.latency_relay import RELAYS_VARIABLE, LatencyRelay
+from storage.backends.latency_control import RELAYS_VARIABLE
+from storage.backends.latency_relay import LatencyRelay
 from tests.trainers.suite_checks import emulation_bindings
 from tests.trainers.trainer_process import run_command, trainer_command
 from tests.trainers.trainer_suite import trainer_under_test
