@@ -547,16 +547,6 @@ def test_object_store_points_add_request_columns_and_name_dlios_object_mode(tmp_
     assert dlio_work_root(None, out=out, dataset="s3://data/flux/x/train") == out / "dlio-work"
 
 
-def test_the_object_replay_refuses_a_run_that_read_files(tmp_path):
-    from storage.dlio.replay.object_replay import object_replay
-
-    run = tmp_path / "run"
-    run.mkdir()
-    write_profile(run, known_profile(world_size=1))
-    with pytest.raises(replay_module.ReplayError, match="read files, not an object store"):
-        object_replay(run)
-
-
 _LAUNCHING_SWEEP = """
 import sys
 from pathlib import Path

@@ -217,3 +217,13 @@ def test_stopping_the_replay_command_ends_dlio_ranks_and_workers(tmp_path, sig):
         proc.kill()
         for pid in _live_naming(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_object_replay_refuses_a_run_that_read_files(tmp_path):
+    from storage.dlio.replay.object_replay import object_replay
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_profile(run, known_profile(world_size=1))
+    with pytest.raises(replay_module.ReplayError, match="read files, not an object store"):
+        object_replay(run)
