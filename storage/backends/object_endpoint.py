@@ -39,6 +39,7 @@ from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
 from storage.backends.latency_control import RELAYS_VARIABLE, LatencyRelayError, check_delay
 from storage.backends.latency_relay import LatencyRelay
+from storage.backends.protocol import Latency, Limits, description
 from storage.backends.root_folder import UnsafeFolder, check_folder, check_path_to_make
 
 ADDRESS = "127.0.0.1"
@@ -216,6 +217,24 @@ class ObjectEndpoint:
             process.kill()
             process.wait()
 
+    # --- EmulatedStorage (storage.backends.protocol) ---
+
+    def up(self) -> ObjectEndpoint:
+        return self.start()
+
+    def down(self) -> list[str]:
+        self.stop()  # what it could not undo it says itself, as warnings
+        return []
+
+    def storage_limits(self) -> Limits:
+        return Limits(read_bps=round(self.read_mb_s * 1e6) if self.read_mb_s else None)
+
+    def latency(self) -> Latency | None:
+        return None if self.latency_ms is None else Latency(self.latency_ms, self.jitter_ms)
+
+    def describe(self) -> str:
+        return description(f"an S3 endpoint (rclone) over {self.root}", self.url, self)
+
     def __enter__(self) -> "ObjectEndpoint":
         return self.start()
 
@@ -290,10 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint.stop()
             print(f"[object_endpoint] error: --env-file {args.env_file}: {error.strerror}", file=sys.stderr, flush=True)
             return 2
-    limit = f", sending at most {args.read_mb_s:g} MB/s" if args.read_mb_s else ""
-    if endpoint.relay is not None:
-        limit += f", through a relay adding {args.latency_ms:g} ms round trip"
-    print(f"[object_endpoint] {endpoint.url} serves {args.root}{limit}; variables in {args.env_file}", flush=True)
+    print(f"[object_endpoint] serves {endpoint.describe()}; variables in {args.env_file}", flush=True)
     try:
         while not stopping and endpoint._process is not None and endpoint._process.poll() is None:
             time.sleep(0.2)

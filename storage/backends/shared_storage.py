@@ -48,6 +48,7 @@ from storage.host.commands import run_checked
 from storage.backends.emulated_hosts import EmulatedHosts, EmulatedHostsError, check_names
 from storage.backends.latency_control import LatencyRelayError, check_delay, set_delay
 from storage.backends.latency_relay import LatencyRelay
+from storage.backends.protocol import Latency, Limits, description
 from storage.backends.root_folder import UnsafeFolder, check_file, check_folder, check_no_links, check_path_to_make, trusted_folder
 from storage.backends.sshd_server import ADDRESS, SshdServer, SshdServerError
 
@@ -336,6 +337,18 @@ class SharedStorage:
         else:
             self.state_path.unlink(missing_ok=True)
         return problems
+
+    # --- EmulatedStorage (storage.backends.protocol): up() and down() above ---
+
+    def storage_limits(self) -> Limits:
+        return Limits(read_bps=round(self.read_mb_s * 1e6) if self.read_mb_s else None)
+
+    def latency(self) -> Latency | None:
+        return None if self.latency_ms is None else Latency(self.latency_ms, self.jitter_ms)
+
+    def describe(self) -> str:
+        return description(f"{self.export} shared with {len(self.hosts)} emulated host(s) over sshfs",
+                           f"{self.mount} on each host", self)
 
     def __enter__(self) -> SharedStorage:
         return self.up()

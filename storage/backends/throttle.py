@@ -26,6 +26,7 @@ from pathlib import Path
 
 from storage.host.cgroups import (MOUNTS, CgroupError, cgroup_mounts, no_controller, remove_cgroup, v2_controllers,
                                    write)
+from storage.backends.protocol import Latency, Limits, description
 from storage.backends.throttle_leftovers import reap
 
 
@@ -179,19 +180,6 @@ def _remove_file(path: Path) -> None:
 # --- the cgroup -------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """Bytes/s and IOs/s for reads and writes; None: unlimited."""
-
-    read_bps: int | None = None
-    read_iops: int | None = None
-    write_bps: int | None = None
-    write_iops: int | None = None
-
-    def set(self) -> dict[str, int]:
-        return {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
-
-
 _V1_FILES = {"read_bps": "blkio.throttle.read_bps_device", "read_iops": "blkio.throttle.read_iops_device",
              "write_bps": "blkio.throttle.write_bps_device", "write_iops": "blkio.throttle.write_iops_device"}
 _V2_KEYS = {"read_bps": "rbps", "read_iops": "riops", "write_bps": "wbps", "write_iops": "wiops"}
@@ -309,6 +297,25 @@ class ThrottledStorage:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # --- EmulatedStorage (storage.backends.protocol) ---
+
+    def up(self) -> ThrottledStorage:
+        return self.__enter__()
+
+    def down(self) -> list[str]:
+        self.close()  # each undo raises what it could not do: nothing is left unsaid to return
+        return []
+
+    def storage_limits(self) -> Limits:
+        return self.limits
+
+    def latency(self) -> Latency | None:
+        return None  # a local device: no relay
+
+    def describe(self) -> str:
+        where = str(self._setup.mount) if self._setup is not None else f"{self.work_dir}/mnt (not up)"
+        return description(f"a {self.size_mb:,} MiB ext4 loop device", where, self)
 
     def close(self) -> None:
         """Tear down (idempotent): the cgroup (its leftover pids moved to the parent), the mount,

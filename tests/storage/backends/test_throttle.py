@@ -96,13 +96,19 @@ def test_reads_through_wrap_are_limited_to_read_bps_and_teardown_leaves_nothing(
 
 @needs_throttle
 def test_read_iops_limits_scattered_reads(tmp_path):
-    with ThrottledStorage(tmp_path, size_mb=32, read_bps=None, read_iops=20) as storage:
+    # up() and down(), as code that takes any EmulatedStorage (storage.backends.protocol) uses it
+    storage = ThrottledStorage(tmp_path, size_mb=32, read_bps=None, read_iops=20).up()
+    try:
+        assert storage.describe().endswith(f"{storage.mount}: read 20 IO/s; no latency relay")
         data = storage.mount / "data.bin"
         data.write_bytes(os.urandom(10 * MIB))
         evict([storage.mount])
         throttled, _ = _timed(storage.wrap([sys.executable, "-c", READ_SCATTERED_PAGES, data]))
         evict([storage.mount])
         unthrottled, _ = _timed([sys.executable, "-c", READ_SCATTERED_PAGES, str(data)])
+    finally:
+        assert storage.down() == []
+    assert not (tmp_path / "mnt").exists() and not list(tmp_path.glob("*.img"))
     print(f"40 scattered page reads: {throttled:.2f} s at 20 IOs/s, {unthrottled:.3f} s unthrottled")
     assert throttled >= 1.4 and unthrottled < 1.0
 
