@@ -360,7 +360,8 @@ class SharedStorage:
 def _parser() -> argparse.ArgumentParser:
     parser = command_line.parser(
         "storage.backends.shared_storage", "A shared export read over a limited link by emulated client hosts.",
-        example="python -m storage.backends.shared_storage up --work /root/shared --export /srv/export --mount /mnt/shared --hosts 2",
+        example="sudo .venv/bin/python -m storage.backends.shared_storage up --work /tmp/shared --export /data/export "
+                "--hosts h0,h1 --mount /mnt/shared --read-mb-s 200",
         docs="docs/multi-host.md")
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start the server, the link limit, the hosts and their mounts")

@@ -55,7 +55,7 @@ it: one sweep per latency under <out>/latency_<L>ms/, and the answer against the
 DLIO's, in <out>'s sweep.json, sweep.md and sweep.png.
 
 Example:
-    python -m storage.sweep --benchmark flux --accelerator b200 --gin_config flux/configs/debug.gin --read-mb-s 64
+    python -m storage.sweep --benchmark flux --accelerator b200 --gin_config flux/configs/debug.gin --max-accelerators 4 --steps 16
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Asks every entry point for its `--help`, each in a process of its own, and prints one JSON line per entry point.
 
-Run by test_entry_point_help.py as `python entry_point_help.py MODULE...`. Most entry points answer before they
+Run by test_entry_point_help.py as `python entry_point_help.py MODULE[:SUBCOMMAND]...` (`storage.dlio:export`
+asks `python -m storage.dlio export --help`). Most entry points answer before they
 import torch; the others would each spend seconds of CPU importing it, so this process imports the heavy stack
 once and forks a child per entry point, which runs the module as `python -m MODULE --help` would (runpy, argv,
 its own stdout and stderr) and ends with the module's own exit status.
@@ -18,10 +19,11 @@ import tempfile
 HEAVY = ("numpy", "torch", "torchvision", "torchrec", "gin", "PIL")
 
 
-def _answer_in_child(module: str, out_fd: int) -> None:
+def _answer_in_child(request: str, out_fd: int) -> None:
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
-    sys.argv = [module, "--help"]
+    module, _, subcommand = request.partition(":")
+    sys.argv = [module, *subcommand.split(), "--help"]
     code = 0
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -37,25 +39,25 @@ def _answer_in_child(module: str, out_fd: int) -> None:
     os._exit(code)
 
 
-def ask(module: str) -> dict:
+def ask(request: str) -> dict:
     with tempfile.TemporaryFile() as captured:
         pid = os.fork()
         if pid == 0:
-            _answer_in_child(module, captured.fileno())
+            _answer_in_child(request, captured.fileno())
         _, status = os.waitpid(pid, 0)
         captured.seek(0)
         text = captured.read().decode(errors="replace")
-    return {"module": module, "status": os.waitstatus_to_exitcode(status), "output": text}
+    return {"module": request, "status": os.waitstatus_to_exitcode(status), "output": text}
 
 
-def main(modules: list[str]) -> None:
+def main(requests: list[str]) -> None:
     for name in HEAVY:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    for module in modules:
-        print(json.dumps(ask(module)), flush=True)
+    for request in requests:
+        print(json.dumps(ask(request)), flush=True)
 
 
 if __name__ == "__main__":
