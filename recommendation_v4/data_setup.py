@@ -39,6 +39,7 @@ from recommendation_v4.data.dataset import YambdaDataset
 from recommendation_v4.data.item_maps import ItemMaps
 from recommendation_v4.data.preprocess import SOURCES_FILE, ensure_processed, stale_reason
 from recommendation_v4.data.synthetic import ensure_synthetic
+from recommendation_v4.data.window_index import ensure_window_index, load_window_index
 from recommendation_v4.data.windows import AnchorWindows
 from recommendation_v4.model.flavors import HSTUFlavor, reference_table_rows
 from recommendation_v4.run_config import DataConfig, StreamingConfig
@@ -76,7 +77,7 @@ def _announce(what: str) -> None:
 
 
 def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, history_length: int,
-                   min_history: int) -> None:
+                   min_history: int, window_seconds: int | None) -> None:
     """Rank 0: whatever the reference's first run would build, built (see the module docstring)."""
     kind = _dataset_kind(config)
     if kind["kind"] == "synthetic" and config.generate_if_missing:
@@ -103,7 +104,10 @@ def _prepare_local(config: DataConfig, dataset_dir: pathlib.Path, size: str, his
                       f"{dataset_dir} --history-length {history_length})")
             cache_build.build_cache(processed, history_length)
         cache_build.ensure_positions(cache, history_length, min_history)
-        cache_build.ensure_anchor_ts(cache, history_length, min_history)
+        if window_seconds is None:
+            cache_build.ensure_anchor_ts(cache, history_length, min_history)
+        else:  # the reference's offline index: built from flat_timestamps (or an anchor_ts already there)
+            ensure_window_index(cache, history_length, min_history, window_seconds)
     except OSError as error:  # a read-only or full file system, a permission
         raise schema.DatasetError(f"{cache}: cannot write what this run needs there ({error}); build it once where the "
                                   f"dataset is writable: python -m recommendation_v4.data.cache_build --dataset-dir "
@@ -120,10 +124,15 @@ def _check_published(cache: ObjectPath, history_length: int, min_history: int) -
                 f"{history_length}:{min_history}, or build them locally and upload the directory)")
 
 
-def materialise(config: DataConfig, *, history_length: int, min_history: int) -> layout.Location:
-    """Rank 0 prepares what is missing; every rank gets the dataset directory, or rank 0's error."""
+def materialise(config: DataConfig, *, history_length: int, min_history: int,
+                window_seconds: int | None = None) -> layout.Location:
+    """Rank 0 prepares what is missing (with `window_seconds`, the offline window index of that window
+    length instead of anchor_ts); every rank gets the dataset directory, or rank 0's error."""
     dataset_dir = dataset_dir_for(config)
     size = str(_dataset_kind(config)["size"])
+    if isinstance(dataset_dir, ObjectPath) and window_seconds is not None:
+        raise ConfigError(f"recommendation_v4.DataConfig.use_offline_ts_indices = True: the offline window index is "
+                          f"built beside a local cache, not in an object store ({dataset_dir})")
     if isinstance(dataset_dir, ObjectPath):
         cache = layout.cache_dir(dataset_dir, size, history_length)
         run_on_rank0(lambda: _check_published(cache, history_length, min_history),
@@ -131,7 +140,7 @@ def materialise(config: DataConfig, *, history_length: int, min_history: int) ->
         return dataset_dir
     def prepare() -> None:
         with preparing(dataset_dir, say=lambda line: print(line, flush=True)):
-            _prepare_local(config, pathlib.Path(dataset_dir), size, history_length, min_history)
+            _prepare_local(config, pathlib.Path(dataset_dir), size, history_length, min_history, window_seconds)
 
     run_on_rank0(prepare, shared_errors=(ConfigError, schema.DatasetError))
     return dataset_dir
@@ -208,10 +217,7 @@ class YambdaData:
     def popularity_baseline_auc(self) -> float:
         """AUC of scoring each evaluation candidate by its item's listen_plus rate over the train
         windows' anchors (at most BASELINE_MAX_ANCHORS of them), on exactly the evaluation set."""
-        lo = self.windows.bounds(self.train_keys[0])[0]
-        hi = self.windows.bounds(self.train_keys[-1])[1]
-        anchor_ts = self.windows.anchor_ts
-        train = np.flatnonzero((anchor_ts >= lo) & (anchor_ts < hi))
+        train = self.windows.anchors_in_windows(self.train_keys[0], self.train_keys[-1])
         if train.size > BASELINE_MAX_ANCHORS:
             train = train[np.linspace(0, train.size - 1, BASELINE_MAX_ANCHORS).astype(np.int64)]
         items, labels = self._anchor_items_and_labels(train)
@@ -249,7 +255,8 @@ def prepare_data(*, config: DataConfig, stream: StreamingConfig, model_config: H
     if F.max_sequence_length(history_length) > model_config.max_seq_len:
         raise ConfigError(f"recommendation_v4.DataConfig.history_length={history_length} makes sequences longer than "
                           f"the model's max_seq_len={model_config.max_seq_len}")
-    dataset_dir = materialise(config, history_length=history_length, min_history=min_history)
+    dataset_dir = materialise(config, history_length=history_length, min_history=min_history,
+                              window_seconds=stream.window_seconds if config.use_offline_ts_indices else None)
     size = str(_dataset_kind(config)["size"])
     processed = layout.processed_dir(dataset_dir, size)
     cache_dir = layout.cache_dir(dataset_dir, size, history_length)
@@ -268,7 +275,9 @@ def prepare_data(*, config: DataConfig, stream: StreamingConfig, model_config: H
         window_seconds=stream.window_seconds, shuffle_fraction=stream.shuffle_fraction,
         shuffle_seed=stream.shuffle_seed, train_split_percentage=config.train_split_percentage,
         split_salt=config.split_salt,
-        uids_of=lambda idx: np.asarray(dataset.cache.columns["flat_uid"][np.asarray(dataset.positions[idx])]))
+        uids_of=lambda idx: np.asarray(dataset.cache.columns["flat_uid"][np.asarray(dataset.positions[idx])]),
+        open_window_index=(lambda: load_window_index(pathlib.Path(cache_dir), history_length, min_history,
+                                                     stream.window_seconds)) if config.use_offline_ts_indices else None)
     train_keys, holdout = _train_and_holdout(windows, stream)
     sizes = windows.count_train_samples(train_keys)
     eval_indices = _subset(windows.eval_holdout_indices(holdout, stream.eval_holdout_num_windows),
@@ -307,7 +316,9 @@ def data_path_settings(config: DataConfig, stream: StreamingConfig, *, history_l
         DataPathSetting("prefetch_factor", config.prefetch_factor, 8, b + "prefetch_factor"),
         DataPathSetting("eval_workers", config.eval_num_workers, 4, b + "eval_num_workers"),
         DataPathSetting("next_window_prepared_in_background", True, True, "-"),
-        DataPathSetting("window_selection", "full anchor_ts scan per window", "full anchor_ts scan per window", "-"),
+        DataPathSetting("window_selection", "offline window index slice" if config.use_offline_ts_indices
+                        else "full anchor_ts scan per window", "full anchor_ts scan per window",
+                        b + "use_offline_ts_indices"),
         DataPathSetting("eval_set", "holdout window" if stream.eval_mode == "holdout" else "next window",
                         "holdout window", s + "eval_mode"),
     ]

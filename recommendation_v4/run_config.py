@@ -92,6 +92,9 @@ class DataConfig:
     # users whose uid hash is at or above it are held out of training (the evaluation's); 1.0: none
     train_split_percentage: float = 1.0
     split_salt: int = 0
+    # the reference's use_offline_ts_indices (off there too): windows from a per-cache index built once
+    # (recommendation_v4.data.window_index) instead of a full anchor_ts scan per window
+    use_offline_ts_indices: bool = False
 
     def __post_init__(self) -> None:
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
@@ -106,6 +109,7 @@ class DataConfig:
             require_int(self, "cross_table_rows", minimum=1)
         require(self, "entity_table_rows", self.entity_table_rows in (None, "reference"), "None or 'reference'")
         require(self, "train_split_percentage", 0 < self.train_split_percentage <= 1, "in (0, 1]")
+        require(self, "use_offline_ts_indices", isinstance(self.use_offline_ts_indices, bool), "True or False")
 
 
 @gin.configurable(module="recommendation_v4")

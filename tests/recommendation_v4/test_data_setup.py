@@ -16,7 +16,7 @@ from common.data.phases import clear_phases, recorded_phases
 from common.distributed.setup import DistInfo
 from recommendation_v4.data import layout, schema
 from recommendation_v4.data import cache_format as cf
-from recommendation_v4.data_setup import EvalPlan, prepare_data
+from recommendation_v4.data_setup import EvalPlan, data_path_settings, prepare_data
 from recommendation_v4.model.flavors import FLAVORS
 from recommendation_v4.run_config import DataConfig, StreamingConfig
 
@@ -177,3 +177,22 @@ def test_a_truncated_cache_array_exits_3_in_one_line_naming_it(private_root: pat
         gin.clear_config()  # the next tests build their configs from a clean slate
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"data error: {column}: unreadable cache array"), err
+
+
+def test_the_offline_window_index_gives_the_same_windows_without_anchor_ts(private_root: pathlib.Path) -> None:
+    """recommendation_v4.DataConfig.use_offline_ts_indices (the reference's, off by default): built once in the
+    cache, anchor_ts neither built nor read, and the same train windows, counts, evaluation set and baseline."""
+    scanned = _data(private_root)
+    cache = pathlib.Path(layout.cache_dir(private_root / TINY, "tiny", 60))
+    (cache / "anchor_ts_L60_m5.npy").unlink()
+    clear_phases()
+    indexed = _data(private_root, use_offline_ts_indices=True)
+    names = [p.name for p in recorded_phases()]
+    assert "window_index_build" in names and "anchor_ts_build" not in names and "anchor_ts_range" not in names
+    assert not (cache / "anchor_ts_L60_m5.npy").exists() and (cache / f"ts_offsets_L60_m5_W{DAY}.npy").is_file()
+    assert indexed.windows.offline and (indexed.train_keys, indexed.sizes) == (scanned.train_keys, scanned.sizes)
+    assert np.array_equal(indexed.eval_indices, scanned.eval_indices)
+    assert indexed.popularity_baseline_auc() == scanned.popularity_baseline_auc()
+    [selection] = [setting for setting in data_path_settings(indexed.config, StreamingConfig(), history_length=60)
+                   if setting.name == "window_selection"]
+    assert not selection.same and selection.binding == "recommendation_v4.DataConfig.use_offline_ts_indices"
