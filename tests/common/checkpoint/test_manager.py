@@ -455,6 +455,7 @@ def test_a_metadata_entry_for_pickled_bytes_is_refused_before_anything_is_unpick
     (checkpoint / "COMPLETE.json").write_text(json.dumps(marker))
     with pytest.raises(pickle.UnpicklingError, match=r"non-tensor entry \(BytesStorageMetadata\)"):
         read_dcp_metadata(checkpoint)
-    with pytest.raises(CheckpointLoadError, match="BytesStorageMetadata"):
+    with pytest.raises(CheckpointLoadError, match="BytesStorageMetadata"), \
+            pytest.warns(CheckpointFallbackWarning, match="refusing to load it"):  # then no earlier one to fall back to
         manager.load_latest({"t": {"w": torch.zeros(1), "evil": torch.zeros(1)}})
     assert not Path("/tmp/should_never_exist_ckpt_bytes").exists()
