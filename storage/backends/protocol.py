@@ -24,8 +24,11 @@ class Limits:
         return {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
 
     def text(self) -> str:
-        parts = [f"{what} {size_text(value)}/s" if name.endswith("bps") else f"{what} {value:,} IO/s"
-                 for name, value in self.set().items() for what in [name.split("_")[0]]]
+        """'read 8.0 MB/s, read 500 IO/s', or 'no limit'."""
+        parts = []
+        for name, value in self.set().items():
+            direction, unit = name.split("_")
+            parts.append(f"{direction} {size_text(value)}/s" if unit == "bps" else f"{direction} {value:,} IO/s")
         return ", ".join(parts) if parts else "no limit"
 
 
