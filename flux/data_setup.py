@@ -22,13 +22,13 @@ from flux.run_config import DataConfig
 def prepare_data(*, config: DataConfig, args: FluxFlavor, flavor: str) -> FluxSplits:
     def generate():
         try:
-            return str(materialise(data_root=config.data_root, name=config.dataset,
+            return str(materialise(data_root=config.location, name=config.dataset,
                                    generate_if_missing=config.generate_if_missing))
         except (ValueError, FileExistsError) as error:
             raise ConfigError(f"flux.DataConfig.dataset={config.dataset!r}: {error}") from error
 
     run_on_rank0(generate, shared_errors=(ConfigError, FluxDataError))
-    splits = open_splits(layout.dataset_dir(config.data_root, config.dataset))
+    splits = open_splits(layout.dataset_dir(config.location, config.dataset))
     try:
         splits.shapes.check_model(context_in_dim=args.context_in_dim, vec_in_dim=args.vec_in_dim,
                                   in_channels=args.in_channels, data_name=config.dataset, model_name=flavor)

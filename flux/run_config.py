@@ -22,6 +22,7 @@ from common.config.checks import (
     require_number,
 )
 from common.data.epochs import RANK_SLICES
+from common.object_store.location import Location, config_location
 from flux.model.flavors import FLAVORS, FluxFlavor
 
 PARALLELISMS = ("fsdp", "ddp")
@@ -108,7 +109,11 @@ class DataConfig:
     rank_slices: str = "split"
     validation_max_samples: int = 0  # the first this many validation samples (0: all of them)
 
+    # data_root resolved once, as the config is read: a local Path, or an ObjectPath for s3://bucket/prefix
+    location: Location = dataclasses.field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "location", config_location(self, "data_root"))
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
         require_int(self, "num_workers", "eval_num_workers", "validation_max_samples", minimum=0)
         require_int(self, "batches_per_window", "prefetch_factor", minimum=1)

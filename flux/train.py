@@ -34,7 +34,6 @@ from common.run.benchmark import Benchmark, DataPlan, RunContext, TrainingPlan
 from common.run.identity import config_identity
 from common.run.lifecycle import main as run_main
 from common.run.loop import LoopResult
-from flux.data import layout
 from flux.data.schema import FluxDataError
 from flux.data_path import flux_data_path
 from flux.data_setup import prepare_data, validation_batches
@@ -70,7 +69,7 @@ class FluxBuild:
         data_path = flux_data_path(train=cfg, data=c.data, loader=train_loader,
                                    record_batches_per_shard=data.train.record_batches_per_shard)
         return DataPlan(loader=train_loader, schedule=schedule, dataset=c.data.dataset,
-                        data_dirs=[layout.dataset_dir(c.data.data_root, c.data.dataset)], count_samples=len,
+                        data_dirs=[data.dataset_dir], count_samples=len,
                         data_path=data_path)
 
     def training(self, plan: DataPlan) -> TrainingPlan:

@@ -53,7 +53,7 @@ BASELINE_MAX_ANCHORS = 50_000_000
 
 
 def dataset_dir_for(config: DataConfig) -> layout.Location:
-    return layout.default_dataset_dir(config.data_root, config.dataset)
+    return layout.default_dataset_dir(config.location, config.dataset)
 
 
 def _dataset_kind(config: DataConfig) -> dict[str, str | int]:

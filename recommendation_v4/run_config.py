@@ -13,6 +13,7 @@ import gin
 import torch
 
 from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
+from common.object_store.location import Location, config_location
 DAY_SECONDS = 86_400
 from recommendation_v4.model.flavors import FLAVORS, HSTUFlavor
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
@@ -96,7 +97,11 @@ class DataConfig:
     # (recommendation_v4.data.window_index) instead of a full anchor_ts scan per window
     use_offline_ts_indices: bool = False
 
+    # data_root resolved once, as the config is read: a local Path, or an ObjectPath for s3://bucket/prefix
+    location: Location = dataclasses.field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "location", config_location(self, "data_root"))
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a dataset directory name")
         if self.min_history is not None:
             require_int(self, "min_history", minimum=0)

@@ -19,7 +19,7 @@ from common.data.generation import LEARNABLE, STORAGE
 from common.data.preparation_lock import preparing
 from common.distributed.collectives import object_from_rank0, run_on_rank0
 from common.distributed.setup import DistInfo
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from common.object_store.publish import generate_then_publish
 from retinanet.data import layout
 from retinanet.data.coco_annotations import CategoryMap
@@ -38,16 +38,16 @@ class MissingDatasetError(RuntimeError):
     """The configured dataset is not on disk; the message says how to get it."""
 
 
-def dataset_dir_for(config: DataConfig) -> Path | ObjectPath:
+def dataset_dir_for(config: DataConfig) -> Location:
     """<data_root>/retinanet/<dataset>: a directory, or a prefix where data_root is s3://bucket/prefix."""
-    return data_location(config.data_root) / BENCHMARK_DATA_DIRNAME / config.dataset
+    return config.location / BENCHMARK_DATA_DIRNAME / config.dataset
 
 
 def synthetic_dataset_name(size: str, seed: int) -> str:
     return f"synthetic-{size}-seed{seed}"
 
 
-def _materialise_on_rank0(config: DataConfig, dataset_dir: Path | ObjectPath) -> None:
+def _materialise_on_rank0(config: DataConfig, dataset_dir: Location) -> None:
     match = _SYNTHETIC_NAME.match(config.dataset)
     if match and config.generate_if_missing:
         size = match["size"]
@@ -84,7 +84,7 @@ def _materialise_on_rank0(config: DataConfig, dataset_dir: Path | ObjectPath) ->
             )
 
 
-def materialise(config: DataConfig) -> Path | ObjectPath:
+def materialise(config: DataConfig) -> Location:
     """Generates a synthetic dataset on rank 0 if needed; every rank raises rank 0's error."""
     dataset_dir = dataset_dir_for(config)
 
@@ -100,7 +100,7 @@ def materialise(config: DataConfig) -> Path | ObjectPath:
 
 @dataclasses.dataclass
 class DetectionData:
-    dataset_dir: Path | ObjectPath
+    dataset_dir: Location
     train: OpenImagesDetectionDataset  # augmented; index epoch * len + i is image i in that epoch
     validation: OpenImagesDetectionDataset
     eval_image_count: int  # the first this many validation images are evaluated

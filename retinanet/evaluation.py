@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import io
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,7 +28,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from common.distributed.collectives import object_from_rank0, objects_on_rank0
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from retinanet.data.coco_annotations import CategoryMap
 
 # Row layout handed to COCO.loadRes: image_id, x, y, w, h (original pixels), score, category_id.
@@ -44,7 +43,7 @@ class DetectionMetrics:
     num_detections: int
 
 
-def load_coco_quietly(annotations_file: str | Path | ObjectPath, *, content: bytes | None = None) -> COCO:
+def load_coco_quietly(annotations_file: Location, *, content: bytes | None = None) -> COCO:
     """pycocotools' COCO of the file, or of `content`, the file's bytes already read."""
     with contextlib.redirect_stdout(io.StringIO()):
         if content is None and not isinstance(annotations_file, ObjectPath):
@@ -98,11 +97,11 @@ def first_rank_rows(gathered: list[tuple[np.ndarray, list[int]]]) -> tuple[np.nd
 class CocoDetectionEvaluator:
     """Accumulates detections over an evaluation pass and scores them against a COCO json."""
 
-    def __init__(self, annotations_file: str | Path | ObjectPath, *, categories: CategoryMap,
+    def __init__(self, annotations_file: Location, *, categories: CategoryMap,
                  verbose: bool = False, annotations_json: bytes | None = None) -> None:
         """`annotations_json`: the file's bytes as the dataset read them (rank 0), so scoring reads
         the file no more; without them the first scoring reads it."""
-        self.annotations_file = data_location(annotations_file)
+        self.annotations_file = annotations_file
         if annotations_json is None and not self.annotations_file.is_file():
             raise FileNotFoundError(f"evaluation annotations file not found: {self.annotations_file}")
         self.categories = categories

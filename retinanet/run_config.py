@@ -12,6 +12,7 @@ import torch
 
 from common.config.checks import (ConfigError, flavor_from, read, require, require_bool, require_choice, require_int,
                                   require_number)
+from common.object_store.location import Location, config_location
 from retinanet.data.eval_order import EVAL_ORDERS
 from retinanet.data.file_read import JPEG_READS
 from retinanet.data.transforms import RESIZES
@@ -108,7 +109,11 @@ class DataConfig:
     resize: str = "reference"
     generator_workers: int = 1  # processes generating a synthetic dataset
 
+    # data_root resolved once, as the config is read: a local Path, or an ObjectPath for s3://bucket/prefix
+    location: Location = dataclasses.field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "location", config_location(self, "data_root"))
         require_int(self, "num_workers", "eval_num_workers", "batches_per_window", "eval_max_images", minimum=0)
         require(self, "dataset", bool(self.dataset) and "/" not in self.dataset, "a directory name")
         require_int(self, "generator_workers", "prefetch_factor", minimum=1)

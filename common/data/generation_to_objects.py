@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from common.object_store import client
 from common.object_store.endpoint import ObjectStoreConfigError
-from common.object_store.location import ObjectPath, is_object_url
+from common.object_store.location import Location, ObjectPath, data_location, is_object_url
 from common.object_store.publish import PublishRefused, generate_then_publish
 
 
@@ -36,7 +36,7 @@ def writes_to_objects(args: argparse.Namespace) -> bool:
 
 
 def default_out(args: argparse.Namespace, default_root: Path,
-                under: Callable[[Path | str], Path | ObjectPath]) -> Path | str:
+                under: Callable[[Location], Location]) -> Path | str:
     """--out, else `under(the data root)`: --data-root, else $MLPERF_DATA_ROOT, else `default_root`. An
     s3:// data root stays a URL (a Path would fold it into a local folder named `s3:`), and the default
     --out under it is put in args.out, so that `writes_to_objects` sees it."""
@@ -44,7 +44,7 @@ def default_out(args: argparse.Namespace, default_root: Path,
         root = getattr(args, "data_root_location", None) or out_location(
             os.environ.get("MLPERF_DATA_ROOT") or str(default_root))
         try:
-            location = under(root)
+            location = under(data_location(root))
         except (ObjectStoreConfigError, ValueError) as error:
             _usage_error(f"--data-root / MLPERF_DATA_ROOT {root}: {error}")
         args.out = str(location) if is_object_url(location) else location

@@ -1,7 +1,8 @@
 """Datasets in an S3-compatible object store: `s3://bucket/prefix` wherever a data path is taken.
 
 - `location`: `ObjectPath`, the small part of pathlib's API the loaders use, over objects;
-  `data_location(text)` gives a `Path` or an `ObjectPath`.
+  `Location` is either, a `Path` or an `ObjectPath`; `data_location(text)` makes one from text, and
+  `config_location(config, field)` from a config's binding, once, as the config is read.
 - `endpoint`: where the store is and which profile signs (the AWS variables and config files a
   user already has); never the secrets themselves.
 - `client`: every request (GET, ranged GET, HEAD, LIST, PUT) goes through one client per process,

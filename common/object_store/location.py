@@ -14,6 +14,7 @@ import posixpath
 import types
 from pathlib import Path
 
+from common.config.checks import ConfigError, binding_name
 from common.object_store import client
 from common.object_store.endpoint import Endpoint, resolve_endpoint
 
@@ -139,8 +140,26 @@ class ObjectPath:
                 for key, size in client.list_objects(self.endpoint, self.bucket, prefix)]
 
 
-def data_location(text: str | Path | ObjectPath) -> Path | ObjectPath:
+# A dataset's place: a directory on local disk, or a prefix in an object store. Every layout
+# function and reader takes one of these; text becomes one only in `data_location`, called where
+# a config or a command line is read.
+Location = Path | ObjectPath
+
+
+def data_location(text: str | Location) -> Location:
     """A dataset location as configured: `s3://...` is an ObjectPath, anything else a local Path."""
     if isinstance(text, (Path, ObjectPath)):
         return text
     return ObjectPath(text) if is_object_url(text) else Path(text)
+
+
+def config_location(config: object, field: str) -> Location:
+    """`config.<field>` (text from a gin binding) resolved into its Location, once, as the config is
+    read: a bad URL or S3 endpoint is a ConfigError naming the binding."""
+    text = getattr(config, field)
+    if not isinstance(text, str) or not text:
+        raise ConfigError(f"{binding_name(config, field)} must be a directory or s3://bucket/prefix, got {text!r}")
+    try:
+        return data_location(text)
+    except ValueError as error:  # ObjectStoreConfigError is one
+        raise ConfigError(f"{binding_name(config, field)} = {text!r}: {error}") from error

@@ -16,7 +16,7 @@ import io
 import numpy as np
 import torch
 
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from flux.data.npy_codec import bf16_bits
 from flux.data.schema import FluxDataError
 
@@ -34,7 +34,7 @@ class EmptyEncodings:
     clip: torch.Tensor  # bf16 [D]
 
 
-def _load_bf16(path: Path | ObjectPath, *, rank: int) -> torch.Tensor:
+def _load_bf16(path: Location, *, rank: int) -> torch.Tensor:
     if not path.is_file():
         raise FluxDataError(f"{path} is missing (the empty-prompt encodings come with the dataset download)")
     try:
@@ -54,10 +54,9 @@ def _load_bf16(path: Path | ObjectPath, *, rank: int) -> torch.Tensor:
 
 
 def load_empty_encodings(
-    directory: str | Path | ObjectPath, *, t5_shape: tuple[int, int] | None = None, clip_dim: int | None = None
+    directory: Location, *, t5_shape: tuple[int, int] | None = None, clip_dim: int | None = None
 ) -> EmptyEncodings:
     """Both files of `directory` as bf16 tensors; FluxDataError if one is missing or misshapen."""
-    directory = data_location(directory)
     t5 = _load_bf16(directory / T5_EMPTY_FILE, rank=2)
     clip = _load_bf16(directory / CLIP_EMPTY_FILE, rank=1)
     if t5_shape is not None and tuple(t5.shape) != tuple(t5_shape):

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from flux.data.schema import FluxDataError
 
 DATASET_INFO_FILE = "dataset_info.json"
@@ -68,7 +68,7 @@ def write_state(split_dir: Path, *, shard_names: list[str], fingerprint: str) ->
     _write_json_atomically(Path(split_dir) / STATE_FILE, state)
 
 
-def _read_json(path: Path | ObjectPath) -> dict[str, Any]:
+def _read_json(path: Location) -> dict[str, Any]:
     if not path.is_file():
         raise FluxDataError(
             f"{path} is missing: {path.parent} is not a `datasets` save_to_disk directory "
@@ -83,10 +83,9 @@ def _read_json(path: Path | ObjectPath) -> dict[str, Any]:
     return content
 
 
-def read_shard_paths(split_dir: str | Path | ObjectPath) -> list[Path] | list[ObjectPath]:
+def read_shard_paths(split_dir: Location) -> list[Path] | list[ObjectPath]:
     """The shard files `state.json` lists, in order; FluxDataError if any is absent. Under an s3://
     prefix, one listing of the prefix finds them all (a HEAD per shard would be thousands)."""
-    split_dir = data_location(split_dir)
     present = None
     if isinstance(split_dir, ObjectPath):
         present = {path.name for path, _ in split_dir.list()}
@@ -111,9 +110,9 @@ def read_shard_paths(split_dir: str | Path | ObjectPath) -> list[Path] | list[Ob
     return paths
 
 
-def declared_num_rows(split_dir: str | Path) -> int | None:
+def declared_num_rows(split_dir: Location) -> int | None:
     """The row count `dataset_info.json` declares (summed over its splits), if it declares one."""
-    splits = _read_json(data_location(split_dir) / DATASET_INFO_FILE).get("splits")
+    splits = _read_json(split_dir / DATASET_INFO_FILE).get("splits")
     if not isinstance(splits, dict) or not splits:
         return None
     counts = [s.get("num_examples") for s in splits.values() if isinstance(s, dict)]

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 from common.data.generation import LEARNABLE, STORAGE
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location
 
 BENCHMARK_DIRNAME = "flux"
 MLCOMMONS_DATASET = "mlcommons"
@@ -45,9 +44,9 @@ _SYNTHETIC_NAME = re.compile(r"^synthetic-(?P<size>[a-z0-9_]+)-seed(?P<seed>\d+)
 class DatasetPaths:
     """The three directories of one FLUX dataset."""
 
-    train: Path
-    validation: Path
-    empty_encodings: Path
+    train: Location
+    validation: Location
+    empty_encodings: Location
 
 
 def synthetic_dataset_name(size: str, seed: int, content: str = LEARNABLE) -> str:
@@ -68,19 +67,18 @@ def synthetic_content(name: str) -> str:
     return STORAGE if name.endswith("-storage") else LEARNABLE
 
 
-def dataset_dir(data_root: str | Path, name: str) -> Path | ObjectPath:
+def dataset_dir(data_root: Location, name: str) -> Location:
     """The directory holding dataset `name`'s three parts under `data_root` (a prefix where data_root
     is s3://bucket/prefix)."""
     if name == MLCOMMONS_DATASET:
-        return data_location(data_root) / BENCHMARK_DIRNAME
+        return data_root / BENCHMARK_DIRNAME
     if parse_synthetic_name(name) is None:
         raise ValueError(f"FLUX dataset name {name!r} is neither {MLCOMMONS_DATASET!r} nor "
                          "'synthetic-<size>-seed<N>[-storage]'")
-    return data_location(data_root) / BENCHMARK_DIRNAME / name
+    return data_root / BENCHMARK_DIRNAME / name
 
 
-def synthetic_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
-    directory = data_location(directory)
+def synthetic_paths(directory: Location) -> DatasetPaths:
     return DatasetPaths(
         train=directory / SYNTHETIC_TRAIN_DIRNAME,
         validation=directory / SYNTHETIC_VALIDATION_DIRNAME,
@@ -88,8 +86,7 @@ def synthetic_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
     )
 
 
-def downloaded_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
-    directory = data_location(directory)
+def downloaded_paths(directory: Location) -> DatasetPaths:
     return DatasetPaths(
         train=directory / DOWNLOADED_TRAIN_DIRNAME,
         validation=directory / DOWNLOADED_VALIDATION_DIRNAME,
@@ -97,9 +94,8 @@ def downloaded_paths(directory: str | Path | ObjectPath) -> DatasetPaths:
     )
 
 
-def dataset_paths(directory: str | Path) -> DatasetPaths:
+def dataset_paths(directory: Location) -> DatasetPaths:
     """The parts of the dataset in `directory`, whichever naming it uses (download or synthetic)."""
-    directory = data_location(directory)
     if (directory / DOWNLOADED_TRAIN_DIRNAME).is_dir() or (directory / DOWNLOADED_VALIDATION_DIRNAME).is_dir():
         return downloaded_paths(directory)
     return synthetic_paths(directory)

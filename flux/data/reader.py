@@ -32,7 +32,7 @@ import pyarrow as pa
 import torch
 
 from common.data.reads import is_recording, note_reads, note_records
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from common.object_store.requests import process_tally
 from flux.data import hf_disk
 from flux.data.batch import FluxBatch, batch_buffer
@@ -117,7 +117,7 @@ def _map_object(path: ObjectPath) -> tuple[pa.NativeFile, int, mmap.mmap]:
 class _MappedShard:
     """One shard's record batches, memory-mapped, with numpy views of each column's buffers."""
 
-    def __init__(self, path: Path | ObjectPath, *, readahead: bool) -> None:
+    def __init__(self, path: Location, *, readahead: bool) -> None:
         self.path = path
         self.remote = isinstance(path, ObjectPath)
         try:
@@ -340,7 +340,7 @@ class FluxArrowDataset:
 
     def __init__(
         self,
-        split_dir: str | Path | ObjectPath,
+        split_dir: Location,
         *,
         expect: FluxShapes | None = None,
         max_open_shards: int = 16,
@@ -348,7 +348,7 @@ class FluxArrowDataset:
     ) -> None:
         if max_open_shards < 1:
             raise ValueError(f"max_open_shards must be >= 1, got {max_open_shards}")
-        self.split_dir = data_location(split_dir)
+        self.split_dir = split_dir
         self.max_open_shards = max_open_shards
         self.readahead = readahead
         before = process_tally()

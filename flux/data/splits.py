@@ -10,10 +10,9 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from common.data.preparation_lock import preparing
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from common.object_store.publish import generate_then_publish
 from flux.data import layout
 from flux.data.empty_encodings import EmptyEncodings, load_empty_encodings
@@ -26,7 +25,7 @@ from flux.data.synthetic_sizes import SYNTHETIC_SIZES
 
 @dataclasses.dataclass
 class FluxSplits:
-    dataset_dir: Path | ObjectPath
+    dataset_dir: Location
     train: FluxArrowDataset
     validation: FluxArrowDataset  # carries `timestep` (sample i is scored at t = timestep / 8)
     empty: EmptyEncodings  # the CFG-dropout replacement for t5 / clip
@@ -42,7 +41,7 @@ class FluxSplits:
         )
 
 
-def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool = True) -> Path | ObjectPath:
+def materialise(*, data_root: Location, name: str, generate_if_missing: bool = True) -> Location:
     """The directory of dataset `name`, generating a synthetic one that is not there yet (under an
     s3:// data root: generated in a local staging directory, then uploaded)."""
     dataset_dir = layout.dataset_dir(data_root, name)
@@ -60,7 +59,7 @@ def materialise(*, data_root: str | Path, name: str, generate_if_missing: bool =
     return dataset_dir
 
 
-def open_splits(dataset_dir: str | Path | ObjectPath, *, expect: FluxShapes | None = None,
+def open_splits(dataset_dir: Location, *, expect: FluxShapes | None = None,
                 readahead: bool = True) -> FluxSplits:
     """Opens train, validation and the empty encodings; FluxDataError when they do not fit together."""
     paths = layout.dataset_paths(dataset_dir)
@@ -75,4 +74,4 @@ def open_splits(dataset_dir: str | Path | ObjectPath, *, expect: FluxShapes | No
     if not validation.has_timestep:
         raise FluxDataError(f"{paths.validation}: no 'timestep' column; validation samples need their eval timestep")
     empty = load_empty_encodings(paths.empty_encodings, t5_shape=train.shapes.t5_shape, clip_dim=train.shapes.clip_dim)
-    return FluxSplits(dataset_dir=data_location(dataset_dir), train=train, validation=validation, empty=empty)
+    return FluxSplits(dataset_dir=dataset_dir, train=train, validation=validation, empty=empty)

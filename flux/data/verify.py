@@ -84,7 +84,7 @@ def verify_dataset(
     decode_sample: int = 64,
 ) -> list[str]:
     """Every problem found, as messages naming the file; empty when the dataset is usable."""
-    paths = layout.dataset_paths(dataset_dir)
+    paths = layout.dataset_paths(Path(dataset_dir))
     train, problems = _check_split(
         paths.train,
         name="train",

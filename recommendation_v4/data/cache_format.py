@@ -33,11 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from common.object_store.npy_array import ObjectNpyArray
 from recommendation_v4.data import schema
 
-Location = pathlib.Path | ObjectPath
 
 EVENT_COLUMNS: dict[str, np.dtype] = {
     "flat_uid": np.dtype(np.int64),
@@ -118,8 +117,7 @@ class FlatEventCache:
     _sizes: dict[str, int] | None = None  # an object store's LIST of the directory
 
     @classmethod
-    def open(cls, directory: str | pathlib.Path | ObjectPath) -> "FlatEventCache":
-        directory = data_location(directory)
+    def open(cls, directory: Location) -> "FlatEventCache":
         if not is_ready(directory):
             raise schema.DatasetError(f"{directory}: no complete flat-event cache ({READY_FILE} missing)")
         try:

@@ -34,7 +34,7 @@ import torch
 from torch.profiler import record_function
 
 from common.data.reads import is_recording, note_array_reads, note_arrays_reads, note_records
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from recommendation_v4.data import cache_format as cf
 from recommendation_v4.data import features, hashing, history, schema
 from recommendation_v4.data.batch import HSTUBatch
@@ -65,7 +65,7 @@ class YambdaDataset(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        cache_dir: str | pathlib.Path | ObjectPath,
+        cache_dir: Location,
         *,
         item_maps: ItemMaps,
         history_length: int,
@@ -83,7 +83,7 @@ class YambdaDataset(torch.utils.data.Dataset):
             raise ValueError(f"history_strategy must be one of {HISTORY_STRATEGIES}, got {history_strategy!r}")
         if scan_window < 1 or min_history < 0:
             raise ValueError(f"scan_window must be >= 1 and min_history >= 0, got {scan_window}, {min_history}")
-        self.cache_dir = data_location(cache_dir)
+        self.cache_dir = cache_dir
         self.item_maps = item_maps
         self.history_length, self.min_history = history_length, min_history
         self.per_pool = max(1, history_length // features.NUM_HISTORY_POOLS)

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import pathlib
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from common.object_store.location import ObjectPath
+from common.object_store.location import Location, ObjectPath
 from recommendation_v4.data import layout, schema
-
-Location = pathlib.Path | ObjectPath
 
 
 def _read_mapping(path: Location, group: str) -> tuple[np.ndarray, np.ndarray]:

@@ -31,10 +31,7 @@ import pathlib
 import re
 
 from common.data.generation import LEARNABLE, STORAGE
-from common.object_store.location import ObjectPath, data_location
-
-# a dataset directory on local disk, or a prefix in an object store (`s3://bucket/prefix`)
-Location = pathlib.Path | ObjectPath
+from common.object_store.location import Location
 
 RAW_DIR = "raw"
 SHARED_METADATA_DIR = "shared_metadata"
@@ -88,10 +85,10 @@ def parse_dataset_name(name: str) -> dict[str, str | int]:
     )
 
 
-def default_dataset_dir(data_root: str | pathlib.Path | ObjectPath, name: str) -> Location:
+def default_dataset_dir(data_root: Location, name: str) -> Location:
     """The directory of dataset `name` under `data_root` (the name is checked, not created)."""
     parse_dataset_name(name)
-    return data_location(data_root) / name
+    return data_root / name
 
 
 def check_size(size: str) -> str:
@@ -100,27 +97,27 @@ def check_size(size: str) -> str:
     return size
 
 
-def raw_dir(dataset_dir: str | pathlib.Path | ObjectPath, size: str) -> Location:
-    return data_location(dataset_dir) / RAW_DIR / check_size(size)
+def raw_dir(dataset_dir: Location, size: str) -> Location:
+    return dataset_dir / RAW_DIR / check_size(size)
 
 
-def multi_event_path(dataset_dir: str | pathlib.Path | ObjectPath, size: str) -> Location:
+def multi_event_path(dataset_dir: Location, size: str) -> Location:
     return raw_dir(dataset_dir, size) / MULTI_EVENT_FILE
 
 
-def shared_metadata_dir(dataset_dir: str | pathlib.Path | ObjectPath) -> Location:
-    return data_location(dataset_dir) / SHARED_METADATA_DIR
+def shared_metadata_dir(dataset_dir: Location) -> Location:
+    return dataset_dir / SHARED_METADATA_DIR
 
 
-def processed_dir(dataset_dir: str | pathlib.Path | ObjectPath, size: str) -> Location:
-    return data_location(dataset_dir) / f"processed_{check_size(size)}"
+def processed_dir(dataset_dir: Location, size: str) -> Location:
+    return dataset_dir / f"processed_{check_size(size)}"
 
 
 def cache_dir_name(history_length: int) -> str:
     return f"hstu_cache_L{int(history_length)}"
 
 
-def cache_dir(dataset_dir: str | pathlib.Path | ObjectPath, size: str, history_length: int) -> Location:
+def cache_dir(dataset_dir: Location, size: str, history_length: int) -> Location:
     return processed_dir(dataset_dir, size) / cache_dir_name(history_length)
 
 

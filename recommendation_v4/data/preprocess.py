@@ -211,7 +211,8 @@ def source_fingerprint(dataset_dir: str | pathlib.Path, size: str) -> dict[str, 
 
 def stale_reason(dataset_dir: str | pathlib.Path, size: str) -> str | None:
     """Why processed_<size>/ must be (re)built from the raw files, or None when it is up to date."""
-    processed = pathlib.Path(layout.processed_dir(dataset_dir, size))
+    dataset_dir = pathlib.Path(dataset_dir)
+    processed = layout.processed_dir(dataset_dir, size)
     sources = processed / SOURCES_FILE
     if not (processed / layout.TRAIN_SESSIONS_FILE).is_file() or not sources.is_file():
         return "not built yet"

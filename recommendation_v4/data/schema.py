@@ -127,9 +127,10 @@ RAW_FILE_COLUMNS: dict[str, tuple[ColumnSpec, ...]] = {
 def raw_file_path(dataset_dir: str | pathlib.Path, size: str, name: str) -> pathlib.Path:
     """Where raw file `name` of a dataset lives: the event log under raw/<size>/, the mappings
     under shared_metadata/ (the reference's tree)."""
+    dataset_dir = pathlib.Path(dataset_dir)
     if name == layout.MULTI_EVENT_FILE:
-        return pathlib.Path(layout.multi_event_path(dataset_dir, size))
-    return pathlib.Path(layout.shared_metadata_dir(dataset_dir)) / name
+        return layout.multi_event_path(dataset_dir, size)
+    return layout.shared_metadata_dir(dataset_dir) / name
 
 
 def arrow_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:

@@ -75,7 +75,7 @@ def _timing_records(dataset_dir: str | Path, *, split: str, image_size: int, out
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
     source = OpenImagesDetectionDataset.from_split(
-        dataset_dir, split, settings=LoaderSettings(image_size=image_size, augment=True, **OUTPUTS[output])
+        Path(dataset_dir), split, settings=LoaderSettings(image_size=image_size, augment=True, **OUTPUTS[output])
     )
     # Cycle the split when it is smaller than the run; files then come from the page cache, which
     # is what a loader-bound (not storage-bound) measurement wants.

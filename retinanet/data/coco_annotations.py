@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location
 from retinanet.data.records import ImageRecord, ImageRecordTable
 
 
@@ -63,7 +63,7 @@ class CategoryMap:
 class CocoDetectionIndex:
     """A parsed COCO detection file: categories and the images with their boxes."""
 
-    annotations_file: Path
+    annotations_file: Location
     categories: CategoryMap
     images: ImageRecordTable
     num_degenerate_boxes_dropped: int
@@ -75,11 +75,11 @@ class CocoDetectionIndex:
         return self.images.num_boxes
 
 
-def _fail(annotations_file: Path, *, where: str, message: str) -> AnnotationFormatError:
+def _fail(annotations_file: Location, *, where: str, message: str) -> AnnotationFormatError:
     return AnnotationFormatError(f"{annotations_file}: {where}: {message}")
 
 
-def _require_int(entry: dict[str, Any], key: str, *, annotations_file: Path, where: str) -> int:
+def _require_int(entry: dict[str, Any], key: str, *, annotations_file: Location, where: str) -> int:
     value = entry.get(key)
     # bool is an int subclass; a json `true` id is a bug in the producer.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -87,7 +87,7 @@ def _require_int(entry: dict[str, Any], key: str, *, annotations_file: Path, whe
     return value
 
 
-def _parse_categories(raw: Sequence[Any], annotations_file: Path) -> CategoryMap:
+def _parse_categories(raw: Sequence[Any], annotations_file: Location) -> CategoryMap:
     by_id: dict[int, str] = {}
     for position, entry in enumerate(raw):
         where = f"categories[{position}]"
@@ -103,7 +103,7 @@ def _parse_categories(raw: Sequence[Any], annotations_file: Path) -> CategoryMap
     return CategoryMap(category_ids=tuple(ordered), names=tuple(by_id[i] for i in ordered))
 
 
-def _parse_images(raw: Sequence[Any], annotations_file: Path) -> dict[int, tuple[str, int, int]]:
+def _parse_images(raw: Sequence[Any], annotations_file: Location) -> dict[int, tuple[str, int, int]]:
     images: dict[int, tuple[str, int, int]] = {}
     for position, entry in enumerate(raw):
         where = f"images[{position}]"
@@ -129,7 +129,7 @@ def _parse_images(raw: Sequence[Any], annotations_file: Path) -> dict[int, tuple
     return images
 
 
-def _parse_bbox(entry: dict[str, Any], *, annotations_file: Path, where: str) -> tuple[float, float, float, float]:
+def _parse_bbox(entry: dict[str, Any], *, annotations_file: Location, where: str) -> tuple[float, float, float, float]:
     bbox = entry.get("bbox")
     if not isinstance(bbox, list) or len(bbox) != 4:
         raise _fail(annotations_file, where=where, message=f"field 'bbox' must be a list [x, y, w, h], got {bbox!r}")
@@ -142,7 +142,7 @@ def _parse_bbox(entry: dict[str, Any], *, annotations_file: Path, where: str) ->
 
 
 def load_coco_detection_index(
-    annotations_file: str | Path | ObjectPath, *, drop_images_without_boxes: bool = False, keep_json: bool = False
+    annotations_file: Location, *, drop_images_without_boxes: bool = False, keep_json: bool = False
 ) -> CocoDetectionIndex:
     """Parses and validates a COCO detection json.
 
@@ -151,7 +151,6 @@ def load_coco_detection_index(
     box, as the reference's COCO path does (its OpenImages path does not). `keep_json` keeps the
     file's bytes in the index, so a later parse (the evaluation's ground truth) reads nothing again.
     """
-    annotations_file = data_location(annotations_file)
     if not annotations_file.is_file():
         raise FileNotFoundError(f"annotations file not found: {annotations_file}")
     try:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from common.data.batch_arena import batch_empty
 from common.data.reads import note_reads, note_records
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location, ObjectPath
 from retinanet.data import layout
 from retinanet.data.batch import DetectionBatch, DetectionSample, SkippedSample, collate_detection_samples
 from retinanet.data.coco_annotations import CategoryMap, load_coco_detection_index
@@ -66,13 +65,13 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
         self,
         records: Sequence[ImageRecord],
         *,
-        images_dir: str | Path | ObjectPath,
+        images_dir: Location,
         categories: CategoryMap,
         settings: LoaderSettings,
-        annotations_file: str | Path | None = None,
+        annotations_file: Location | None = None,
     ) -> None:
         self.records = records
-        self.images_dir = data_location(images_dir)
+        self.images_dir = images_dir
         self.categories = categories
         self.settings = settings
         self.annotations_file = annotations_file  # named in errors about the file it describes
@@ -82,7 +81,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
     @classmethod
     def from_split(
         cls,
-        dataset_dir: str | Path,
+        dataset_dir: Location,
         split: str,
         *,
         settings: LoaderSettings,
@@ -186,7 +185,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
                 return SkippedSample(path=str(path), reason=str(error), image_size=self.settings.image_size)
             raise
 
-    def _read_and_decode(self, record: ImageRecord, path: Path | ObjectPath) -> tuple[torch.Tensor, int]:
+    def _read_and_decode(self, record: ImageRecord, path: Location) -> tuple[torch.Tensor, int]:
         source = f" (listed in {self.annotations_file})" if self.annotations_file else ""
         try:
             if isinstance(path, ObjectPath):  # the whole object, one GET: as a file is read whole
@@ -236,7 +235,7 @@ class OpenImagesDetectionDataset(torch.utils.data.Dataset):
             samples.append(sample)
         return collate_detection_samples(samples, normalize=dtype == torch.float32, stacked=slots)
 
-    def _load(self, record: ImageRecord, path: Path | ObjectPath, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
+    def _load(self, record: ImageRecord, path: Location, *, epoch: int, out: torch.Tensor | None = None) -> DetectionSample:
         image, num_bytes = self._read_and_decode(record, path)
         settings = self.settings
         flipped = settings.augment and flip_decision(

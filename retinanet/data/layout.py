@@ -8,9 +8,8 @@ with splits named `train` and `validation`.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from common.object_store.location import ObjectPath, data_location
+from common.object_store.location import Location
 
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
@@ -31,15 +30,15 @@ class SplitPaths:
     """Where one split's images and its COCO json live."""
 
     split: str
-    images_dir: Path | ObjectPath
-    annotations_file: Path | ObjectPath
+    images_dir: Location
+    annotations_file: Location
 
 
-def split_paths(dataset_dir: str | Path | ObjectPath, split: str) -> SplitPaths:
+def split_paths(dataset_dir: Location, split: str) -> SplitPaths:
     """Paths of `split` ("train" or "validation") under `dataset_dir` (a directory or an s3:// prefix)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    split_dir = data_location(dataset_dir) / split
+    split_dir = dataset_dir / split
     return SplitPaths(
         split=split,
         images_dir=split_dir / IMAGES_DIRNAME,

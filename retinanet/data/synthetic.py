@@ -27,7 +27,6 @@ from common import command_line
 from common.config.paths import DEFAULT_DATA_ROOT
 from common.data import generation, generation_to_objects
 from common.data.generation import LEARNABLE, STORAGE, FileJob, write_text_whole
-from common.object_store.location import data_location
 from retinanet.data import layout
 from retinanet.data.jpeg_bank import JpegBank
 from retinanet.data.openimages_classes import MLPERF_OPENIMAGES_CLASSES
@@ -262,7 +261,7 @@ class SyntheticPlan:
         estimate = estimated_image_bytes(self.size)
         jobs = []
         for split, count in self._counts():
-            images = layout.split_paths("", split).images_dir
+            images = layout.split_paths(Path(), split).images_dir
             for index in range(count):
                 stem = image_file_stem(seed=self.seed, split=split, index=index)
                 jobs.append(FileJob(relpath=str(images / f"{stem}.jpg"), nbytes=estimate, key=(split, index)))
@@ -408,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-classes", type=int, help="override the size's class count (at most 264)")
     args = parser.parse_args(argv)
     name = f"synthetic-{args.size}-seed{args.seed}{'-storage' if args.content == STORAGE else ''}"
-    generation_to_objects.default_out(args, DEFAULT_DATA_ROOT, lambda root: data_location(root) / "retinanet" / name)
+    generation_to_objects.default_out(args, DEFAULT_DATA_ROOT, lambda root: root / "retinanet" / name)
     if generation_to_objects.writes_to_objects(args):
         return generation_to_objects.generate_to_objects(main, argv, args)
     overrides = {

@@ -40,7 +40,7 @@ def check_split(
     expected_classes: int | None,
     decode_sample: int,
 ) -> SplitCheck:
-    paths = layout.split_paths(dataset_dir, split)
+    paths = layout.split_paths(Path(dataset_dir), split)
     try:
         index = load_coco_detection_index(paths.annotations_file)
     except (FileNotFoundError, AnnotationFormatError) as error:

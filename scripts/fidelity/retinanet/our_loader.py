@@ -1,8 +1,8 @@
 """Our train loader as retinanet/train.py builds it at reference.gin: EpochSchedule windows ->
 StreamingLoader(4 workers, prefetch 2) over OpenImagesDetectionDataset (decode, reference resize)."""
-import sys
-
 import os
+import sys
+from pathlib import Path
 # REPO=<another checkout> runs that tree instead of this one (e.g. the code before a change)
 sys.path.insert(0, os.environ.get("REPO", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")))
 from common.data.epochs import EpochSchedule  # noqa: E402
@@ -10,7 +10,7 @@ from common.data.loader import StreamingLoader  # noqa: E402
 from retinanet.data import layout  # noqa: E402
 from retinanet.data.dataset import LoaderSettings, OpenImagesDetectionDataset  # noqa: E402
 
-root, world, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, world, rank = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 batch, workers = int(sys.argv[4]), int(sys.argv[5])
 
 

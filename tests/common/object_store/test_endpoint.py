@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from common.object_store.endpoint import Endpoint, ObjectStoreConfigError, resolve_credentials, resolve_endpoint
@@ -87,3 +89,26 @@ def test_object_paths_join_and_name_like_paths(aws_home):
         ObjectPath("s3:///key")
     with pytest.raises(TypeError):
         open(image)  # no __fspath__: never taken for a local file
+
+
+@pytest.mark.parametrize("package", ["recommendation_v4", "retinanet", "flux"])
+def test_each_trainer_resolves_its_data_root_once_as_its_config_is_read(aws_home, monkeypatch, package):
+    """A DataConfig holds its data_root as a Location from construction on; a data_root that cannot
+    be one is a ConfigError naming the binding, before anything reads."""
+    import importlib
+
+    from common.config.checks import ConfigError
+
+    DataConfig = importlib.import_module(f"{package}.run_config").DataConfig
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.7:9000")
+    remote = DataConfig(data_root="s3://bkt/prefix").location
+    assert isinstance(remote, ObjectPath) and str(remote) == "s3://bkt/prefix"
+    assert remote.endpoint.url == "http://127.0.0.7:9000"  # the endpoint as it was when the config was read
+    assert DataConfig(data_root="some/dir").location == Path("some/dir")
+    for bad, reason in (("s3://", "names no bucket"), ("", "a directory or s3://bucket/prefix")):
+        with pytest.raises(ConfigError, match=rf"{package}\.DataConfig\.data_root.*{reason}"):
+            DataConfig(data_root=bad)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://user:secret@127.0.0.7:9000")
+    with pytest.raises(ConfigError, match=rf"{package}\.DataConfig\.data_root = 's3://bkt'.*user:password") as caught:
+        DataConfig(data_root="s3://bkt")
+    assert "secret" not in str(caught.value)

@@ -20,13 +20,13 @@ def test_names_round_trip_and_bad_names_fail() -> None:
     with pytest.raises(ValueError):
         layout.synthetic_dataset_name("Tiny!", 0)
     with pytest.raises(ValueError, match="neither 'mlcommons' nor"):
-        layout.dataset_dir("/data", "cc12m")
+        layout.dataset_dir(Path("/data"), "cc12m")
 
 
 def test_directories_under_the_data_root(tmp_path: Path) -> None:
-    assert layout.dataset_dir("/d", "mlcommons") == Path("/d/flux")
-    assert layout.dataset_dir("/d", "synthetic-tiny-seed0") == Path("/d/flux/synthetic-tiny-seed0")
-    downloaded = layout.downloaded_paths("/d/flux")
+    assert layout.dataset_dir(Path("/d"), "mlcommons") == Path("/d/flux")
+    assert layout.dataset_dir(Path("/d"), "synthetic-tiny-seed0") == Path("/d/flux/synthetic-tiny-seed0")
+    downloaded = layout.downloaded_paths(Path("/d/flux"))
     assert (downloaded.train.name, downloaded.validation.name, downloaded.empty_encodings.name) == (
         "cc12m_preprocessed",
         "coco_preprocessed",

@@ -6,6 +6,7 @@ import pytest
 
 from common.object_store.location import ObjectPath
 from recommendation_v4.data import layout
+from recommendation_v4.run_config import DataConfig
 
 
 def test_names_round_trip() -> None:
@@ -41,7 +42,7 @@ def test_the_reference_tree(tmp_path: pathlib.Path) -> None:
 
 
 def test_a_data_root_in_an_object_store_gives_object_paths() -> None:
-    directory = layout.default_dataset_dir("s3://bkt/prefix", "yambda-5b")
+    directory = layout.default_dataset_dir(DataConfig(data_root="s3://bkt/prefix").location, "yambda-5b")
     assert isinstance(directory, ObjectPath) and str(directory) == "s3://bkt/prefix/yambda-5b"
     assert str(layout.cache_dir(directory, "5b", 4086)) == "s3://bkt/prefix/yambda-5b/processed_5b/hstu_cache_L4086"
     assert str(layout.shared_metadata_dir(directory)) == "s3://bkt/prefix/yambda-5b/shared_metadata"

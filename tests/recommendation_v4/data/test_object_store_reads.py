@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from common.data.reads import recording
-from common.object_store.location import ObjectPath
+from common.object_store.location import Location, ObjectPath
 from common.object_store.npy_array import ObjectNpyArray
 from common.object_store.publish import publish_tree
 from common.object_store.requests import GET, KINDS, PUT, RANGED_GET, process_tally
@@ -91,7 +91,7 @@ def test_the_store_gets_the_bytes_the_directory_gets(generated: Generated) -> No
         assert _build_record_free(name, remote[name]) == _build_record_free(name, local[name]), name
 
 
-def _dataset(dataset_dir: pathlib.Path | ObjectPath, **overrides) -> YambdaDataset:
+def _dataset(dataset_dir: Location, **overrides) -> YambdaDataset:
     processed = layout.processed_dir(dataset_dir, TINY_SIZE)
     kwargs = dict(item_maps=ItemMaps.load(dataset_dir, processed), history_length=HISTORY_LENGTH,
                   min_history=MIN_HISTORY, cross_table_rows=CROSS_ROWS)
