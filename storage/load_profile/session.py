@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from common.checkpoint.progress import TrainingProgress
 from common.data.fidelity import DataPathSetting
+from common.data.loader import StreamingLoader
 from common.distributed.collectives import gather_objects
 from common.run.events import Evaluation, LoopObserver, Save, StepEnd
 from storage.load_profile.block_device import DeviceReads
@@ -48,18 +49,17 @@ PLOTS_VARIABLE = "MLPERF_LOAD_PROFILE_PLOTS"
 
 class ProfileSession(LoopObserver):
     def __init__(self, *, run_dir: Path, benchmark: str, config_file: str, rank: int, world_size: int, device: str,
-                 loader: Any, global_batch_size: int, local_batch_size: int, start_step: int,
+                 loader: StreamingLoader, global_batch_size: int, local_batch_size: int, start_step: int,
                  data_dirs: Sequence[Path] = (), compute: Callable[[], dict[str, Any] | None] | None = None,
                  data_path: Sequence[DataPathSetting] = ()) -> None:
         self.run_dir, self.benchmark, self.config_file = run_dir, benchmark, config_file
         self.data_path = list(data_path)
         self.compute = compute  # the compute section's maker (storage.compute.run_section), rank 0 only
         self.rank = rank
-        ahead = getattr(loader, "prefetch_next_window", None)
+        # the loader's own settings, as its trainer's DataConfig gave them (gin -> DataConfig -> StreamingLoader)
         setup = LoaderSetup(batch_size=local_batch_size, global_batch_size=global_batch_size,
-                            num_workers=int(getattr(loader, "num_workers", 0)),
-                            prefetch_factor=int(getattr(loader, "prefetch_factor", 0)),
-                            prefetch_next_window=None if ahead is None else bool(ahead))
+                            num_workers=loader.num_workers, prefetch_factor=loader.prefetch_factor,
+                            prefetch_next_window=loader.prefetch_next_window)
         self.profiler = LoadProfiler(rank=rank, world_size=world_size, device=device, setup=setup, start_step=start_step)
         self.loader = loader
         loader.reads_sink = self.profiler.batch

@@ -149,6 +149,7 @@ class _Loader:
     """What ProfileSession needs of a loader."""
 
     num_workers = prefetch_factor = 0
+    prefetch_next_window = False
     reads_sink = None
     source = None
 

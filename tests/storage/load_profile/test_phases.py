@@ -88,6 +88,7 @@ def test_a_malformed_phases_field_is_named(damage, field):
 
 class _Loader:
     num_workers = prefetch_factor = 0
+    prefetch_next_window = False
     reads_sink = None
     source = None
 
