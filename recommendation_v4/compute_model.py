@@ -22,6 +22,7 @@ collectives the step makes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -141,9 +142,11 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
                   comm_forward_precision: str = "fp32", comm_backward_precision: str = "fp32",
                   table_rows: dict[str, int] | None = None, default_sharding_type: str | None = None,
                   device_type: str = "cuda", mean_ids_per_sample: float | None = None,
-                  sharding_plan: Any = None) -> ComputeModel:
+                  sharding_plan: Any = None, last_layer_targets_only: bool = False) -> ComputeModel:
     """At the reference: Yambda-5b's tables planned for B200s (180 GB), full 4,086-event histories;
-    `table_rows`, `default_sharding_type`, `device_type` and `mean_ids_per_sample` describe another run."""
+    `table_rows`, `default_sharding_type`, `device_type` and `mean_ids_per_sample` describe another run.
+    The default step's profile carries the targets-only step as a variant; `last_layer_targets_only`
+    makes that the step itself (a run that trains so)."""
     train = TrainConfig(flavor=flavor, model_overrides=dict(model_overrides or {}))
     args = train.model()
     small_rows = {name: _SMALL_ROWS for name in reference_table_rows()}
@@ -152,6 +155,15 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
         del recompute
         torch.manual_seed(0)
         return DlrmHSTU(config=args, table_rows=small_rows, embedding_device="cpu").train()
+
+    def build_targets_only(recompute: bool) -> nn.Module:
+        """The last STU layer on the candidate rows only (TrainConfig.last_layer_targets_only), as a
+        device whose dropout kernel can draw the full layer's mask for them trains it: dropout is set
+        off here so that these kernels take that path (dropout costs no counted FLOPs)."""
+        del recompute
+        torch.manual_seed(0)
+        return DlrmHSTU(config=dataclasses.replace(args, linear_dropout=0.0), table_rows=small_rows,
+                        embedding_device="cpu", last_layer_targets_only=True).train()
 
     def loss(model: nn.Module, samples: int, history: int | None = None) -> torch.Tensor:
         batch = full_history_batch(history or args.history_length, samples, _SMALL_ROWS)
@@ -204,7 +216,7 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
             "source": "mlcommons/training PR #889 (a67b8459) recommendation_v4/README.MD, 'Computation cost "
                       "analysis': S=4096, causal S^2/2, forward + backward = 3.5x forward for attention, 3x for "
                       "the projections; embeddings, norms, SiLU, the item MLP and the head not counted"}
-    return ComputeModel(
+    model = ComputeModel(
         benchmark="recommendation_v4", flavor=flavor, world_size=world_size, ranks_per_node=ranks_per_node,
         batch_per_rank=batch_per_rank,
         parallelism=f"TorchRec plan over {world_size} ranks (tables), DDP (dense)",
@@ -213,13 +225,33 @@ def compute_model(flavor: str, world_size: int, ranks_per_node: int, batch_per_r
         state=StateBytes(parameters=dense * FP32 + most, gradients=dense * FP32, optimizer=2 * dense * FP32),
         collectives=collectives, parameters=dense + table_params,
         extra_memory_traffic=3 * ids * args.embedding_dim * FP32,  # read each row; read and write it in the update
-        notes=[f"tables: " + ", ".join(f"{t} {kind} x{n}" for t, (kind, n) in sorted(tables.items())),
+        notes=["tables: " + ", ".join(f"{t} {kind} x{n}" for t, (kind, n) in sorted(tables.items())),
                f"{per_sample:,.1f} ids per sample ({seq:,}-row sequences at full history); tables on the "
                f"fullest rank {most / 1e9:,.2f} GB (rows and RowWiseAdagrad state), dense {dense:,} parameters",
                "attention FLOPs are the PyTorch reference's (every pair of the padded sequence); the HSTU mask "
                "keeps about half (causal), which the Triton kernels and the reference's formula count"],
         reference_cost=reference_cost, attention_needed=mask_share(seq), activations=activations,
     )
+    # the step as the reference trains it with TRITON_HSTU_LAST_LAYER_TARGETS_ONLY=1: the same model but
+    # for the last layer's attention and output, computed for the candidate row of each sequence only
+    targets_only = dataclasses.replace(
+        model, build=build_targets_only, attention_needed=_targets_only_attention_needed(args.num_layers, seq),
+        notes=["TrainConfig.last_layer_targets_only=True (the reference's TRITON_HSTU_LAST_LAYER_TARGETS_ONLY=1, "
+               "off by default): u, q, k, v of every row, attention and output of the candidate row only, in "
+               "the last STU layer"])
+    if last_layer_targets_only:
+        return dataclasses.replace(targets_only, notes=[*model.notes, *targets_only.notes])
+    model.variants["last_layer_targets_only"] = targets_only
+    return model
+
+
+def _targets_only_attention_needed(num_layers: int, rows: int) -> float:
+    """The share of the counted attention FLOPs the mask needs when the last layer attends from the
+    candidate row only: the other layers count every pair of the padded sequence and need the
+    causal share of them; the last counts one row against all, and needs all of it."""
+    full_layers = num_layers - 1
+    counted = full_layers * rows * rows + rows
+    return (full_layers * rows * rows * mask_share(rows) + rows) / counted
 
 
 def for_run(plan: Any, info: Any) -> ComputeModel:
@@ -232,7 +264,11 @@ def for_run(plan: Any, info: Any) -> ComputeModel:
                          "python -m storage.compute --benchmark recommendation_v4 gives the profile")
     rows = {table: max((s.shard_offsets[0] + s.shard_sizes[0] for s in shards), default=0)
             for table, (_, shards) in table_shards(dmp.plan).items()}
+    # the step the run trains: its last layer on the candidate rows only where it asked and its dropout is off
+    # (with dropout on, the model runs the full layer: DlrmHSTU._targets_only)
+    targets_only = config.last_layer_targets_only and config.model().linear_dropout == 0
     return compute_model(config.flavor, info.world_size, info.local_world_size, plan.data.schedule.local_batch_size,
                          model_overrides=config.model_overrides, table_rows=rows or None,
                          comm_forward_precision=sharding.comm_forward_precision,
-                         comm_backward_precision=sharding.comm_backward_precision, sharding_plan=dmp.plan)
+                         comm_backward_precision=sharding.comm_backward_precision, sharding_plan=dmp.plan,
+                         last_layer_targets_only=targets_only)

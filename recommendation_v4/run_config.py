@@ -12,12 +12,13 @@ import dataclasses
 import gin
 import torch
 
-from common.config.checks import ConfigError, flavor_from, read, require, require_choice, require_int, require_number
+from common.config.checks import (ConfigError, flavor_from, read, require, require_bool, require_choice, require_int,
+                                  require_number)
 from common.object_store.location import Location, config_location
-DAY_SECONDS = 86_400
 from recommendation_v4.model.flavors import FLAVORS, HSTUFlavor
 from recommendation_v4.parallel.sharding import ShardingConfig, SparseOptimizerConfig
 
+DAY_SECONDS = 86_400
 KERNELS = ("PYTORCH", "TRITON")
 CLOSED_RULES = "closed_rules"  # StreamingConfig.first_eval_at_grid_point derived as the closed rules do
 EVAL_MODES = ("holdout", "next_window")
@@ -44,9 +45,14 @@ class TrainConfig:
     grad_clip_norm: float = 1.0
     target_auc: float | None = None
     train_pipeline: str = "auto"  # TRAIN_PIPELINES
+    # the reference's TRITON_HSTU_LAST_LAYER_TARGETS_ONLY (default off) and TRITON_HSTU_TARGETS_ONLY_EVAL
+    # (default on, read only when the first is on): the last STU layer computes the candidate rows only
+    last_layer_targets_only: bool = False
+    targets_only_eval: bool = True
 
     def __post_init__(self) -> None:
         require_choice(self, "kernel", KERNELS)
+        require_bool(self, "last_layer_targets_only", "targets_only_eval")
         require_choice(self, "train_pipeline", TRAIN_PIPELINES)
         require_int(self, "global_batch_size", "eval_batch_size", minimum=1)
         require_int(self, "eval_every_steps", "warmup_steps", minimum=0)

@@ -82,7 +82,8 @@ class DlrmBuild:
         if info.device.type == "cpu":  # the same bits at any count (test_determinism.py), said for the record
             ctx.say(f"[cpu] {torch.get_num_threads()} intra-op threads (common.RunConfig.num_threads; 0: torch's default)")
         ctx.seed_shared()  # identical dense init on every rank; the tables are filled after sharding
-        model = DlrmHSTU(config=mcfg, table_rows=data.table_rows, kernel=HammerKernel(cfg.kernel), bf16=cfg.bf16)
+        model = DlrmHSTU(config=mcfg, table_rows=data.table_rows, kernel=HammerKernel(cfg.kernel), bf16=cfg.bf16,
+                         last_layer_targets_only=cfg.last_layer_targets_only, targets_only_eval=cfg.targets_only_eval)
         dmp, sharding_plan = shard_model(model=model, device=info.device, world_size=info.world_size,
                                          local_world_size=info.local_world_size, sharding=c.sharding,
                                          sparse_optimizer=c.sparse)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 
 import torch
 from torch.profiler import record_function
@@ -21,6 +22,10 @@ from recommendation_v4.model.layers import KernelModule, gated_mlp, set_kernel
 from recommendation_v4.model.preprocessor import ContextualPreprocessor
 from recommendation_v4.model.stu import STULayer
 from recommendation_v4.ops import HammerKernel, concat_2d_jagged, split_2d_jagged
+
+logger = logging.getLogger(__name__)
+# why a forward asked for the last layer on the candidate rows alone took the full layer: each said once
+_TARGETS_ONLY_DECLINED: set[str] = set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +76,15 @@ class DlrmHSTU(KernelModule):
         kernel: HammerKernel = HammerKernel.PYTORCH,
         bf16: bool = False,
         embedding_device: torch.device | str = "meta",
+        last_layer_targets_only: bool = False,
+        targets_only_eval: bool = True,
     ) -> None:
         super().__init__()
         self.config = config
+        # the reference's TRITON_HSTU_LAST_LAYER_TARGETS_ONLY (off) and TRITON_HSTU_TARGETS_ONLY_EVAL (on:
+        # evaluation too, when the first is on): the last STU layer computes the candidate rows only
+        self.last_layer_targets_only = last_layer_targets_only
+        self.targets_only_eval = targets_only_eval
         self.tasks = tasks
         self.bf16 = bf16
         self.num_contextual = len(F.CONTEXTUAL_FEATURES)
@@ -217,9 +228,13 @@ class DlrmHSTU(KernelModule):
         x = torch.nn.functional.dropout(x, p=self.config.input_dropout, training=self.training)
         longest = C + max_history + max_candidates
         attn_len = longest if max_seq_len is None else max(int(max_seq_len), longest)
+        last = len(self.stu_layers) - 1 if self._targets_only(num_candidates) else -1
         with record_function("## stu_stack ##"):
-            for layer in self.stu_layers:
-                x = layer(x=x, seq_offsets=seq_offsets, max_seq_len=attn_len, num_targets=num_candidates)
+            for index, layer in enumerate(self.stu_layers):
+                if index == last:
+                    x = layer.forward_targets_only(x=x, seq_offsets=seq_offsets, max_seq_len=attn_len)
+                else:
+                    x = layer(x=x, seq_offsets=seq_offsets, max_seq_len=attn_len, num_targets=num_candidates)
         _, candidates = split_2d_jagged(
             max_seq_len=longest,
             values=x,
@@ -234,6 +249,27 @@ class DlrmHSTU(KernelModule):
         return self.postprocessor(
             embeddings=candidates, timestamps=batch.query_time.repeat_interleave(num_candidates)
         )
+
+    def _targets_only(self, num_candidates: torch.Tensor) -> bool:
+        """Whether this forward's last STU layer takes the candidate rows only: asked for, and possible
+        for this batch. Otherwise the full layer, said once per reason, as the reference falls back:
+        in evaluation with targets_only_eval off; in training with dropout on (the compact rows cannot
+        draw the full layer's dropout mask; the reference needs a separated-RNG dropout kernel for
+        that, which these kernels do not have); a batch without exactly one target per sequence."""
+        if not self.last_layer_targets_only:
+            return False
+        if not self.training and not self.targets_only_eval:
+            reason = "evaluation (targets_only_eval=False)"
+        elif self.training and self.stu_layers[-1].dropout > 0:
+            reason = "training with dropout: these kernels cannot draw the full layer's mask for the candidate rows"
+        elif num_candidates.numel() == 0 or bool((num_candidates != 1).any()):
+            reason = "not exactly one target per sequence"
+        else:
+            return True
+        if reason not in _TARGETS_ONLY_DECLINED:
+            _TARGETS_ONLY_DECLINED.add(reason)
+            logger.warning("last STU layer: the full layer for this batch (%s)", reason)
+        return False
 
     def sequence_lengths(self, batch: HSTUBatch) -> torch.Tensor:
         """Per-sample STU sequence lengths (contextual prefix + history + candidates)."""

@@ -6,6 +6,10 @@ For jagged input x [L, D] (B sequences, offsets [B+1]):
     x_out      = x + dropout(cat[u, attn, u * LN(attn)]) @ W_out
 N is the (global) batch's longest sequence; the mask is causal, and target rows see the whole
 history and themselves but no other target.
+
+`forward_targets_only` is the last layer as the DLRMv4 reference runs it with
+TRITON_HSTU_LAST_LAYER_TARGETS_ONLY=1: the same u, q, k, v, then attention and output for the
+candidate rows only (the rows anything downstream reads).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 
 from recommendation_v4.model.layers import KernelModule
 from recommendation_v4.ops import hstu_compute_output, hstu_compute_uvqk, hstu_mha
+from recommendation_v4.ops.reference.candidate_attention import candidate_attention, candidate_rows
 
 
 class STULayer(KernelModule):
@@ -49,15 +54,8 @@ class STULayer(KernelModule):
         torch.nn.init.xavier_uniform_(self.uvqk_weight)
         torch.nn.init.xavier_uniform_(self.output_weight)
 
-    def forward(
-        self,
-        *,
-        x: torch.Tensor,
-        seq_offsets: torch.Tensor,
-        max_seq_len: int,
-        num_targets: torch.Tensor,
-    ) -> torch.Tensor:
-        u, q, k, v = hstu_compute_uvqk(
+    def _uvqk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return hstu_compute_uvqk(
             x=x,
             norm_weight=self.input_norm_weight,
             norm_bias=self.input_norm_bias,
@@ -69,19 +67,8 @@ class STULayer(KernelModule):
             uvqk_bias=self.uvqk_beta,
             kernel=self.kernel,
         )
-        attn = hstu_mha(
-            max_seq_len=max_seq_len,
-            alpha=1.0 / math.sqrt(self.attn_qk_dim),
-            q=q,
-            k=k,
-            v=v,
-            seq_offsets=seq_offsets,
-            causal=True,
-            num_targets=num_targets,
-            max_attn_len=self.max_attn_len,
-            contextual_seq_len=0,
-            kernel=self.kernel,
-        ).reshape(x.size(0), self.num_heads * self.attn_linear_dim)
+
+    def _output(self, *, attn: torch.Tensor, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return hstu_compute_output(
             attn=attn,
             u=u,
@@ -95,3 +82,40 @@ class STULayer(KernelModule):
             concat_ux=True,
             kernel=self.kernel,
         )
+
+    def forward(
+        self,
+        *,
+        x: torch.Tensor,
+        seq_offsets: torch.Tensor,
+        max_seq_len: int,
+        num_targets: torch.Tensor,
+    ) -> torch.Tensor:
+        u, q, k, v = self._uvqk(x)
+        attn = hstu_mha(
+            max_seq_len=max_seq_len,
+            alpha=1.0 / math.sqrt(self.attn_qk_dim),
+            q=q,
+            k=k,
+            v=v,
+            seq_offsets=seq_offsets,
+            causal=True,
+            num_targets=num_targets,
+            max_attn_len=self.max_attn_len,
+            contextual_seq_len=0,
+            kernel=self.kernel,
+        ).reshape(x.size(0), self.num_heads * self.attn_linear_dim)
+        return self._output(attn=attn, u=u, x=x)
+
+    def forward_targets_only(self, *, x: torch.Tensor, seq_offsets: torch.Tensor, max_seq_len: int) -> torch.Tensor:
+        """This layer's output at each sequence's one candidate row (its last), and zero at every other
+        row: u, q, k, v of all rows (the candidate attends to them all), attention and output of the
+        candidates only. Needs one target per sequence and no attention window (the caller checks);
+        in training its dropout mask is drawn for the candidate rows alone, so it equals the full
+        layer's only where dropout is off."""
+        u, q, k, v = self._uvqk(x)
+        rows = candidate_rows(seq_offsets)
+        attn = candidate_attention(max_seq_len=max_seq_len, alpha=1.0 / math.sqrt(self.attn_qk_dim), q=q, k=k, v=v,
+                                   seq_offsets=seq_offsets).reshape(rows.numel(), self.num_heads * self.attn_linear_dim)
+        out = self._output(attn=attn, u=u[rows], x=x[rows])
+        return torch.zeros_like(x, dtype=out.dtype).index_copy(0, rows, out)

@@ -50,6 +50,9 @@ class ComputeModel:
     activations: Callable[[], tuple[float, str]] | None = None  # per rank per step, beyond the optimizer's (embedding rows, ...)
     notes: list[str] = dataclasses.field(default_factory=list)
     reference_cost: dict | None = None  # the reference's own per-sample cost, where it states one
+    # the same step under a named setting of the benchmark that changes its compute (its notes say
+    # which): the profile counts each one's FLOPs beside the default's
+    variants: dict[str, "ComputeModel"] = dataclasses.field(default_factory=dict)
 
 
 def boundary_agreement(world_size: int) -> Collective:

@@ -143,6 +143,7 @@ def build_profile(model: ComputeModel, *, with_memory: bool = True) -> dict[str,
         torch.manual_seed(0)
         flops = flops_section(model)
         memory = memory_section(model) if with_memory else None
+        variants = {name: _variant(variant) for name, variant in model.variants.items()}
     step_flops = flops["hardware"] * model.batch_per_rank
     least_step_flops = flops["least"] * model.batch_per_rank
     state = model.state
@@ -164,4 +165,14 @@ def build_profile(model: ComputeModel, *, with_memory: bool = True) -> dict[str,
         "roofline": rooflines,
         "notes": list(model.notes),
         "reference_cost": model.reference_cost,
+        "variants": variants,
     }
+
+
+def _variant(model: ComputeModel) -> dict[str, Any]:
+    """A variant's FLOPs (its memory and collectives are the default's: only its compute differs)."""
+    torch.manual_seed(0)
+    flops = flops_section(model)
+    return {"what": " ".join(model.notes), "flops_per_sample": flops,
+            "flops_per_rank_step": flops["hardware"] * model.batch_per_rank,
+            "least_flops_per_rank_step": flops["least"] * model.batch_per_rank}

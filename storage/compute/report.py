@@ -53,6 +53,12 @@ def render_profile(p: dict[str, Any]) -> str:
         net = "unknown" if r["network_s"] is None else f"{r['network_s']:.4f}"
         lines.append(f"  {key:<7} {r['compute_s']:.4f} / {r['memory_s']:.4f} / {net} -> {r['step_s']:.4f} ({r['bound_by']})")
     lines.extend(f"note: {n}" for n in p["notes"])
+    for name, v in p.get("variants", {}).items():
+        vf = v["flops_per_sample"]
+        lines.append(f"with {name}: GFLOP per sample {_g(vf['model'])} (forward {_g(vf['forward'])}, backward "
+                     f"{_g(vf['backward'])}; attention {_g(vf['by_kind']['attention'])}), {_g(vf['least'])} at least; "
+                     f"per rank and step {v['flops_per_rank_step'] / 1e12:,.2f} TFLOP "
+                     f"({v['flops_per_rank_step'] / p['flops_per_rank_step'] - 1:+.1%}): {v['what']}")
     if p.get("reference_cost"):
         lines.append(f"reference's own cost: {p['reference_cost']}")
     return "\n".join(lines)

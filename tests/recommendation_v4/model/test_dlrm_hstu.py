@@ -10,6 +10,7 @@ import torch
 
 from recommendation_v4.data import features as F
 from recommendation_v4.model.flavors import FLAVORS
+from recommendation_v4.model import dlrm_hstu
 from recommendation_v4.model.dlrm_hstu import DlrmHSTU, embedding_tables
 from recommendation_v4.model.param_count import count_parameters
 from recommendation_v4.model.stu import STULayer
@@ -113,3 +114,27 @@ def test_table_rows_must_name_exactly_the_tables():
 def test_history_length_must_fit_max_seq_len():
     with pytest.raises(ValueError, match="history_length=4096 needs sequences of 4104 rows"):
         dataclasses.replace(FLAVORS["reference"], history_length=4096)
+
+
+def test_last_layer_targets_only_gives_the_same_logits_and_declines_where_it_cannot(tiny_batch, caplog):
+    """TrainConfig.last_layer_targets_only (the reference's TRITON_HSTU_LAST_LAYER_TARGETS_ONLY): the
+    same logits in evaluation and, dropout off, the same gradients in training; with dropout on, or
+    with targets_only_eval off in evaluation, the full layer runs and says why once."""
+    ds, batch = tiny_batch
+    full, only = _model(ds), _model(ds)
+    only.last_layer_targets_only = True
+    with torch.no_grad():
+        torch.testing.assert_close(only.eval()(batch, max_seq_len=128), full.eval()(batch, max_seq_len=128))
+    full.train().loss(full(batch), batch.labels).backward()
+    only.train().loss(only(batch), batch.labels).backward()
+    for (name, a), (_, b) in zip(full.named_parameters(), only.named_parameters()):
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert only._targets_only(torch.ones(3, dtype=torch.int64)) and not only._targets_only(torch.tensor([1, 2]))
+    only.stu_layers[-1].dropout = 0.1
+    dlrm_hstu._TARGETS_ONLY_DECLINED.clear()  # said once per process: this test's own line
+    with caplog.at_level("WARNING"):
+        assert not only._targets_only(torch.ones(3, dtype=torch.int64))
+    assert "training with dropout" in caplog.text
+    only.targets_only_eval = False
+    assert not only.eval()._targets_only(torch.ones(3, dtype=torch.int64))

@@ -74,3 +74,31 @@ def test_stu_backward_matches_naive_float64():
     x_ref = x.detach().clone().requires_grad_(True)
     _naive_stu(layer, x_ref, lengths, targets, 6).pow(2).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("lengths", [[5, 1, 9, 3], [7], [2, 6]])
+def test_the_targets_only_layer_equals_the_full_layer_at_the_candidate_rows_and_gives_zero_elsewhere(lengths):
+    """The reference's last-layer targets-only path is exact at the rows downstream reads: forward and
+    gradient (dropout off) equal the full layer's there, one target per sequence."""
+    torch.manual_seed(2)
+    layer = STULayer(embedding_dim=12, num_heads=2, attn_qk_dim=4, attn_linear_dim=3, dropout=0.0).double()
+    with torch.no_grad():
+        for name, param in layer.named_parameters():
+            if "norm" in name or "beta" in name:
+                param.add_(0.3 * torch.randn_like(param))
+    lengths_t = torch.tensor(lengths)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths_t, 0)])
+    candidates = offsets[1:] - 1
+    x = torch.randn(int(lengths_t.sum()), 12, dtype=torch.float64, requires_grad=True)
+    full = layer(x=x, seq_offsets=offsets, max_seq_len=max(lengths) + 2, num_targets=torch.ones(len(lengths), dtype=torch.int64))
+    x_only = x.detach().clone().requires_grad_(True)
+    only = layer.forward_targets_only(x=x_only, seq_offsets=offsets, max_seq_len=max(lengths) + 2)
+    torch.testing.assert_close(only[candidates], full[candidates], rtol=1e-12, atol=1e-12)
+    others = torch.ones(x.size(0), dtype=torch.bool)
+    others[candidates] = False
+    assert not only[others].any()
+    full[candidates].pow(2).sum().backward()
+    only[candidates].pow(2).sum().backward()
+    torch.testing.assert_close(x_only.grad, x.grad, rtol=1e-10, atol=1e-12)
+    for name, param in layer.named_parameters():  # both passes accumulated: the sum is twice the full pass's
+        assert param.grad is not None, name

@@ -105,3 +105,30 @@ def test_matmul_flops_equal_torch_profiler_on_a_real_step():
     tally = _count(step)
     counted = tally.phases["forward"].by_kind()["matmul"] + tally.phases["backward"].by_kind()["matmul"]
     assert profiled > 0 and counted == profiled
+
+
+def test_the_targets_only_hstu_layer_counts_uvqk_for_every_row_and_the_rest_for_the_candidate():
+    """TRITON_HSTU_LAST_LAYER_TARGETS_ONLY's last layer: u, q, k, v of all S rows, attention from the
+    one candidate row against all S, the output projection of that row alone."""
+    D, heads, dqk, dv, S = 64, 2, 16, 16, 24
+    layer = STULayer(embedding_dim=D, num_heads=heads, attn_qk_dim=dqk, attn_linear_dim=dv, dropout=0.0, eps=1e-6)
+    x = torch.randn(S, D, requires_grad=True)
+    tally = _count(lambda: layer.forward_targets_only(x=x, seq_offsets=torch.tensor([0, S]), max_seq_len=S).sum())
+    forward = tally.phases["forward"].by_kind()
+    assert forward["matmul"] == 2 * S * D * heads * (2 * dqk + 2 * dv) + 2 * 1 * (3 * heads * dv) * D
+    assert forward["attention"] == 2 * heads * 1 * S * (dqk + dv)
+
+
+def test_the_dlrm_compute_profile_reports_the_targets_only_step_beside_the_default():
+    from recommendation_v4.compute_model import compute_model
+    from storage.compute.profile import build_profile
+    from storage.compute.report import render_profile
+
+    profile = build_profile(compute_model("debug", 2, 2, 4), with_memory=False)
+    variant = profile["variants"]["last_layer_targets_only"]
+    full, only = profile["flops_per_sample"], variant["flops_per_sample"]
+    assert only["by_kind"]["matmul"] < full["by_kind"]["matmul"]  # the last output projection: one row
+    layers = 2  # the debug flavor's
+    assert abs(only["by_kind"]["attention"] - full["by_kind"]["attention"] * (layers - 1) / layers) < (
+        0.05 * full["by_kind"]["attention"])  # the last layer's pairs are gone but for one row
+    assert "with last_layer_targets_only: GFLOP per sample" in render_profile(profile)
