@@ -32,7 +32,9 @@ stops the command with one line naming the file and line (status 3).
 
 How many accelerators ran, and which: `--accelerators`/`--accelerator`, else the submission's
 `systems/<system>.json` (number_of_nodes x accelerators_per_node, accelerator_model_name), else a
-`:::SYSJSON` line in the log, else the run's `summary.json` beside an `mllog.log` (world_size).
+`:::SYSJSON` line in the log, else the run's `summary.json` beside an `mllog.log` (world_size); the
+accelerator, last, from the log's `submission_platform` where that names a known one (a reference's
+RCP logs: "GB300", "MI350"; their count is not logged and must be passed).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from common import command_line
+from storage.compute.accelerators import ALIASES
 
 EXIT_USAGE, EXIT_DATA = 2, 3
 ROW_FIELDS = ["benchmark", "accelerator", "accelerators", "batch_per_accelerator", "seconds_per_step",
@@ -272,6 +275,18 @@ def _round_of(path: Path) -> str:
     return found.group(1) if found else ""
 
 
+def _platform_accelerator(platform: str) -> str:
+    """The accelerator a log's submission_platform names where it names a known one (the DLRMv4 RCP logs say
+    "GB300" or "MI350" and nothing else about their system), as storage.compute.accelerators names it; ""
+    for any other platform."""
+    for pattern, short in _ACCELERATOR_NAMES:
+        found = pattern.search(platform)
+        if found:
+            name = short.format(*found.groups())
+            return ALIASES.get(name, name)
+    return ""
+
+
 def read_log(path: Path, *, accelerators: int | None = None, accelerator: str | None = None,
              round_name: str | None = None, benchmark: str | None = None) -> StepTime | None:
     """One log's row; TrainingLogError naming the file and the missing piece (ForeignLog: not an MLPerf
@@ -306,7 +321,7 @@ def read_log(path: Path, *, accelerators: int | None = None, accelerator: str | 
     if not count:
         raise TrainingLogError(f"{path}: how many accelerators ran it is not in a systems/<system>.json, a :::SYSJSON "
                                "line or a summary.json beside it: pass --accelerators")
-    name = accelerator or (short_accelerator_name(model) if model else "")
+    name = accelerator or (short_accelerator_name(model) if model else "") or _platform_accelerator(str(platform))
     if not name:
         raise TrainingLogError(f"{path}: which accelerator ran it is not known: pass --accelerator")
     return StepTime(benchmark=str(_single(events, "submission_benchmark") or ""), accelerator=name.lower(),

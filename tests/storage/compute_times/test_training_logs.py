@@ -255,3 +255,28 @@ def test_the_logs_of_our_own_two_rank_retinanet_run(tmp_path):
     expected = statistics.median(per_epoch)
     assert abs(row.seconds_per_step - expected) <= 0.3 * expected + 0.02, (row.seconds_per_step, per_epoch)
     assert f"{row.seconds_per_step:.4f}" in proc.stdout
+
+
+def _rcp_log(platform: str, block_seconds: list[float], *, global_batch: int = 8192) -> str:
+    """A DLRMv4 RCP log as the reference writes it: its platform and nothing else about the system, blocks
+    between evaluations counted in samples."""
+    t, samples = 1_790_000_000_000, 0
+    lines = [_mllog("submission_benchmark", "dlrmv4", t), _mllog("submission_platform", platform, t),
+             _mllog("global_batch_size", global_batch, t)]
+    for seconds in block_seconds:
+        lines.append(_mllog("block_start", None, t, samples_count=samples))
+        samples += 280 * global_batch
+        t += int(seconds * 1000)
+        lines.append(_mllog("block_stop", None, t, samples_count=samples))
+    return "\n".join(lines) + "\n"
+
+
+def test_a_reference_rcp_log_names_its_accelerator_by_its_platform_but_not_its_count(tmp_path, capsys):
+    (tmp_path / "gb300.log").write_text(_rcp_log("GB300", [280 * 0.51] * 3))
+    (tmp_path / "mi350.log").write_text(_rcp_log("MI350", [280 * 0.74] * 3))
+    assert main([str(tmp_path / "gb300.log")]) == 3
+    assert "pass --accelerators" in capsys.readouterr().err
+    gb300, mi350 = (read_log(tmp_path / f"{name}.log", accelerators=8) for name in ("gb300", "mi350"))
+    assert (gb300.accelerator, gb300.batch_per_accelerator, round(gb300.seconds_per_step, 3)) == ("gb300", 1024, 0.51)
+    assert (mi350.accelerator, round(mi350.seconds_per_step, 3)) == ("mi350x", 0.74)  # the compute tables' name
+    assert read_log(tmp_path / "gb300.log", accelerators=8, accelerator="b300").accelerator == "b300"
