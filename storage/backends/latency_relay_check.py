@@ -1,11 +1,14 @@
 """What the latency relay (storage.backends.latency_relay) adds, measured: the round trip of small
-request-responses through it against the same echo server directly, at each --latency-ms, and the
+request-responses through it against the same echo server directly, at each --latency-ms, alone,
+beside a slow reader of an endless stream through the same relay (its sends blocked on a full
+window), and beside that reader with every core busy (--busy-processes spinning processes), as
+p1/p10/p50/p99; and the
 rate of one large answer from a server held to --link-mb-s by tc on lo, directly and through a relay
 at --throughput-latency-ms, with the relay's CPU time. Root (tc, and the real-time class for the
 endpoints, so that the machine's other work does not stretch their own wake-ups).
 
     .venv/bin/python -m storage.backends.latency_relay_check [--latency-ms 0.5 2 10] [--round-trips 200]
-        [--link-mb-s 8] [--answer-mb 24] [--throughput-latency-ms 10]
+        [--busy-processes N] [--link-mb-s 8] [--answer-mb 24] [--throughput-latency-ms 10]
 
 Example:
     sudo .venv/bin/python -m storage.backends.latency_relay_check --latency-ms 1 5 --round-trips 100
@@ -13,17 +16,23 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from common import command_line
 from common.processes.identity import ProcessIdentity
 from storage.backends import loopback_limit
 from storage.backends.latency_relay import LatencyRelay
-from storage.backends.round_trip_probe import Listener, echo, fetch_mb_s, round_trips_ms, sender
+from storage.backends.round_trip_probe import (Listener, SlowReader, echo_or_stream, fetch_mb_s, round_trips_ms,
+                                               sender)
+
+CONDITIONS = ("alone", "slow reader", "slow reader + busy cores")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -31,11 +40,26 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@contextlib.contextmanager
+def _busy_cores(count: int):
+    """`count` processes that spin until the block ends (normal priority: the endpoints and the relay are
+    real-time, as a network and a NIC's interrupts would be to a loaded host)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = command_line.parser("storage.backends.latency_relay_check", __doc__.split("\n\n")[0],
                                  example=command_line.example_in(__doc__), docs="docs/latency.md")
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.5, 2.0, 10.0])
     parser.add_argument("--round-trips", type=int, default=200)
+    parser.add_argument("--busy-processes", type=int, default=os.cpu_count() or 1,
+                        help="spinning processes for the busy-cores condition (default: one per core)")
     parser.add_argument("--link-mb-s", type=float, default=8.0)
     parser.add_argument("--answer-mb", type=int, default=24)
     parser.add_argument("--throughput-latency-ms", type=float, default=10.0)
@@ -43,18 +67,26 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("error: needs root (tc on lo, real-time endpoints)", file=sys.stderr)
         return 2
-    server = Listener("127.0.0.1", echo, threaded=True)
+    server = Listener("127.0.0.1", echo_or_stream, threaded=True)
     target = server.address
-    print("| set ms | direct p50 ms | through p50 ms | added p50 ms | error | through p10-p90 ms |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| set ms | beside | direct p50 ms | through p1 / p10 / p50 / p99 ms | added p10 ms | added p50 ms | "
+          "error p10 / p50 |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for latency in args.latency_ms:
-        with LatencyRelay(target=target, latency_ms=latency) as relay:
-            direct = round_trips_ms(target, args.round_trips)
-            through = round_trips_ms(relay.address, args.round_trips)
-        added = statistics.median(through) - statistics.median(direct)
-        print(f"| {latency:g} | {statistics.median(direct):.3f} | {statistics.median(through):.3f} | {added:.3f} | "
-              f"{(added - latency) / latency:+.1%} | {_percentile(through, 0.1):.3f}-{_percentile(through, 0.9):.3f} |",
-              flush=True)
+        for condition in CONDITIONS:
+            with LatencyRelay(target=target, latency_ms=latency) as relay, contextlib.ExitStack() as beside:
+                if condition != "alone":
+                    beside.enter_context(SlowReader(relay.address))
+                if condition.endswith("busy cores"):
+                    beside.enter_context(_busy_cores(args.busy_processes))
+                time.sleep(0.3)  # the reader's window full, the spinners running
+                direct = round_trips_ms(target, args.round_trips)
+                through = round_trips_ms(relay.address, args.round_trips)
+            added = [_percentile(through, q) - _percentile(direct, q) for q in (0.1, 0.5)]
+            print(f"| {latency:g} | {condition} | {statistics.median(direct):.3f} | "
+                  + " / ".join(f"{_percentile(through, q):.3f}" for q in (0.01, 0.1, 0.5, 0.99))
+                  + f" | {added[0]:.3f} | {added[1]:.3f} | "
+                  + " / ".join(f"{(a - latency) / latency:+.1%}" for a in added) + " |", flush=True)
     server.close()
 
     size = args.answer_mb << 20

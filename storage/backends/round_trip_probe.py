@@ -1,6 +1,8 @@
 """Loopback endpoints that measure what a link adds (storage/backends/latency_relay_check.py and the relay's
 tests): a listener whose accepting thread hands each connection to a handler, an echo handler, a timed
-series of small request-responses, and a timed fetch of one large answer.
+series of small request-responses, a timed fetch of one large answer, and a slow reader: a connection
+that asks for an endless stream and reads it a little at a time, so that whatever relays it has a
+full window and blocked sends beside the round trips.
 
 The timing endpoints run in the real-time class (root), so that the machine's other work does not
 stretch their own wake-ups into what is measured."""
@@ -115,3 +117,63 @@ def sender(size_mib: int) -> Callable[[socket.socket], None]:
                 conn.sendall(block)
 
     return send
+
+
+STREAM_REQUEST = b"S"  # the first byte of a connection that wants the endless stream, not the echo
+_STREAM_BLOCK = b"\0" * (64 << 10)
+
+
+def echo_or_stream(conn: socket.socket) -> None:
+    """The echo, or, for a connection whose first byte is STREAM_REQUEST, zeros until the peer goes."""
+    first = conn.recv(1 << 16)
+    if not first.startswith(STREAM_REQUEST):
+        real_time()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            data = first
+            while data:
+                conn.sendall(data)
+                data = conn.recv(1 << 16)
+        return
+    with conn:
+        try:
+            while True:
+                conn.sendall(_STREAM_BLOCK)
+        except OSError:
+            return
+
+
+class SlowReader:
+    """A connection to an `echo_or_stream` server (through whatever relays it) that reads `read_bytes` every
+    `pause_s`: the relay's sends to it block on a full receive window for as long as it runs."""
+
+    def __init__(self, address: tuple[str, int], *, read_bytes: int = 16384, pause_s: float = 0.0002) -> None:
+        self.sock = socket.create_connection(address, timeout=30)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        self.sock.sendall(STREAM_REQUEST)
+        self.read_bytes, self.pause_s, self.received = read_bytes, pause_s, 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(self.read_bytes)
+            except OSError:
+                return
+            if not data:
+                return
+            self.received += len(data)
+            time.sleep(self.pause_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+    def __enter__(self) -> "SlowReader":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
