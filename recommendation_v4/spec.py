@@ -31,6 +31,8 @@ SPEC = BenchmarkSpec(
             source="mlcommons/storage@3d193498 configs/dlio/workload/dlrm_datagen.yaml", format="parquet",
             record_bytes=761, samples_per_file=1_536_000, num_files=1_024),
         compute_times=Path(__file__).with_name("compute_times.csv"),
+        # the reference's RCP logs (GB300, MI350): python -m storage.compute_times.training_logs --table
+        training_compute_times=Path(__file__).with_name("compute_times_training.csv"),
     ),
     checkpoint=CheckpointWorkload(
         state_builder="recommendation_v4.checkpoint_state:app_state_on_meta", reference_flavor="reference",

@@ -414,6 +414,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the MLPerf Training round (default: from a training_results_vX.Y folder in the path)")
     parser.add_argument("--benchmark", default=None,
                         help="only logs of this submission_benchmark (as the logs name it)")
+    parser.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                        help="read a log whose submission_benchmark is OLD as NEW (the DLRMv4 RCP logs of MI350 say "
+                             "'hstu', the reference's name before it merged as 'dlrmv4')")
     parser.add_argument("--csv", type=Path, default=None, help="write a row per log here")
     parser.add_argument("--table", type=Path, default=None,
                         help="write a compute-time table here (storage.compute_times' columns; a row per accelerator)")
@@ -435,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"its folder {path.parent} {'is not a folder' if path.parent.exists() else 'does not exist'}"
             print(f"error: {flag} {path}: {where}", file=sys.stderr)
             return EXIT_USAGE
+    renames = dict(pair.split("=", 1) for pair in args.rename if "=" in pair)
+    if len(renames) != len(args.rename):
+        print(f"error: --rename takes OLD=NEW, got {args.rename}", file=sys.stderr)
+        return EXIT_USAGE
     rows: list[StepTime] = []
     foreign: list[ForeignLog] = []
     try:
@@ -446,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                 foreign.append(error)
                 continue
             if row is not None:
-                rows.append(row)
+                rows.append(dataclasses.replace(row, benchmark=renames.get(row.benchmark, row.benchmark)))
     except TrainingLogError as error:
         print(f"data error: {error}", file=sys.stderr)
         return EXIT_DATA

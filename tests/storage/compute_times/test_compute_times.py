@@ -4,12 +4,13 @@ a bad row named by file and line."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from common import registry
-from storage.compute_times.tables import HEADER, SOURCES, ComputeTimeError, load, lookup, main
+from storage.compute_times.tables import HEADER, SOURCES, ComputeTimeError, load, lookup, main, table_path
 
 FLUX, RETINANET, DLRM = registry.find("flux"), registry.find("retinanet"), registry.find("recommendation_v4")
 HEADER_LINE = ",".join(HEADER) + "\n"
@@ -38,6 +39,18 @@ def test_dlrm_hstu_and_the_dcnv2_era_figures_are_told_apart():
     for accelerator in ("b200", "mi355", "h100", "a100"):
         assert "DCNv2-era" in lookup(DLRM, accelerator).source
     assert lookup(DLRM, "b200").samples_per_second > 10_000 * hstu.samples_per_second
+
+
+def test_dlrm_hstu_as_the_reference_rcp_runs_trained_sits_beside_the_performance_documents_figure():
+    """The RCP logs' rows (training source) beside PR #889's 0.576 s (storage source): a sweep picks one by
+    --compute-times; the logs do not say how many accelerators ran, and the table says so."""
+    documented, rcp = lookup(DLRM, "mi350x"), lookup(DLRM, "mi350x", source="training")
+    assert rcp.batch_per_accelerator == documented.batch_per_accelerator == 1024
+    assert 0.70 < rcp.seconds_per_step < 0.80 and documented.seconds_per_step == 0.576
+    gb300 = lookup(DLRM, "gb300", source="training")
+    assert 0.49 < gb300.seconds_per_step < 0.53 and "rcp_logs/gbs_8192" in gb300.source
+    header = table_path(DLRM, "training").read_text().splitlines()[1]
+    assert "do not record how many accelerators ran" in header
 
 
 def test_unknown_accelerator_lists_the_known_ones():
@@ -93,8 +106,9 @@ def test_the_training_tables_come_from_published_logs_and_differ_from_mlperf_sto
     retinanet = lookup(RETINANET, "b200", source="training")
     assert retinanet.batch_per_accelerator == 32 and "retinanet" in retinanet.source
     assert retinanet.au_threshold == RETINANET.storage.au_threshold  # the bar stays MLPerf Storage's
+    without = dataclasses.replace(DLRM, storage=dataclasses.replace(DLRM.storage, training_compute_times=None))
     with pytest.raises(ComputeTimeError, match="no compute times from MLPerf Training"):
-        load(DLRM, source="training")
+        load(without, source="training")
     with pytest.raises(ComputeTimeError, match="source must be one of"):
         load(FLUX, source="yaml")
     assert main(["--source", "training", "retinanet", "h200"]) == 0 and "h200" in capsys.readouterr().out

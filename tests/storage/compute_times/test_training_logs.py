@@ -280,3 +280,10 @@ def test_a_reference_rcp_log_names_its_accelerator_by_its_platform_but_not_its_c
     assert (gb300.accelerator, gb300.batch_per_accelerator, round(gb300.seconds_per_step, 3)) == ("gb300", 1024, 0.51)
     assert (mi350.accelerator, round(mi350.seconds_per_step, 3)) == ("mi350x", 0.74)  # the compute tables' name
     assert read_log(tmp_path / "gb300.log", accelerators=8, accelerator="b300").accelerator == "b300"
+    (tmp_path / "old.log").write_text(_rcp_log("MI350", [280 * 0.74] * 3).replace('"dlrmv4"', '"hstu"'))
+    table = tmp_path / "table.csv"
+    assert main([str(tmp_path / "gb300.log"), str(tmp_path / "old.log"), "--accelerators", "8", "--table", str(table)]) == 2
+    assert "add --benchmark" in capsys.readouterr().err  # two names: the table holds one benchmark
+    assert main([str(tmp_path / "gb300.log"), str(tmp_path / "old.log"), "--accelerators", "8", "--rename",
+                 "hstu=dlrmv4", "--table", str(table)]) == 0
+    assert [line.split(",")[0] for line in table.read_text().splitlines()[2:]] == ["gb300", "mi350x"]
