@@ -21,11 +21,11 @@ single-thread speed relative to this machine (`--host-speed`; 1: a host like thi
 do not name their hosts' CPUs, so docs/fidelity.md gives the speed the first interval implies and
 predicts the second from it.
 
-    python -m recommendation_v4.data.startup_model --gin_config recommendation_v4/configs/yambda_5b.gin \\
+    python -m recommendation_v4.startup_model --gin_config recommendation_v4/configs/yambda_5b.gin \\
         --host-speed 3 --storage-mbps 2000 --step-s 0.51 --steps-to-first-loss 50
 
 Example:
-    python -m recommendation_v4.data.startup_model --host-speed 3 --storage-mbps 2000 --step-s 0.51
+    python -m recommendation_v4.startup_model --host-speed 3 --storage-mbps 2000 --step-s 0.51
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def _declared_from(args) -> Declared:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = command_line.parser("recommendation_v4.data.startup_model", __doc__.split("\n\n")[0],
+    parser = command_line.parser("recommendation_v4.startup_model", __doc__.split("\n\n")[0],
                                  example=command_line.example_in(__doc__), docs="docs/fidelity.md")
     parser.add_argument("--gin_config", action="append", default=[],
                         help="a run's gin file: its StreamingConfig.num_windows and DataConfig.use_offline_ts_indices")

@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from common import command_line
-from storage.compute.accelerators import ALIASES
 
 EXIT_USAGE, EXIT_DATA = 2, 3
 ROW_FIELDS = ["benchmark", "accelerator", "accelerators", "batch_per_accelerator", "seconds_per_step",
@@ -275,6 +274,11 @@ def _round_of(path: Path) -> str:
     return found.group(1) if found else ""
 
 
+# the product names storage.compute.accelerators keys its AMD accelerators by (not imported: storage.compute
+# reads the tables this module writes)
+_PLATFORM_NAMES = {"mi350": "mi350x", "mi355": "mi355x"}
+
+
 def _platform_accelerator(platform: str) -> str:
     """The accelerator a log's submission_platform names where it names a known one (the DLRMv4 RCP logs say
     "GB300" or "MI350" and nothing else about their system), as storage.compute.accelerators names it; ""
@@ -283,7 +287,7 @@ def _platform_accelerator(platform: str) -> str:
         found = pattern.search(platform)
         if found:
             name = short.format(*found.groups())
-            return ALIASES.get(name, name)
+            return _PLATFORM_NAMES.get(name, name)
     return ""
 
 
@@ -415,8 +419,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmark", default=None,
                         help="only logs of this submission_benchmark (as the logs name it)")
     parser.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
-                        help="read a log whose submission_benchmark is OLD as NEW (the DLRMv4 RCP logs of MI350 say "
-                             "'hstu', the reference's name before it merged as 'dlrmv4')")
+                        help="read a log whose submission_benchmark is OLD as NEW (logs written before the benchmark "
+                             "was renamed)")
     parser.add_argument("--csv", type=Path, default=None, help="write a row per log here")
     parser.add_argument("--table", type=Path, default=None,
                         help="write a compute-time table here (storage.compute_times' columns; a row per accelerator)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recommendation_v4.data import startup_model as sm
+from recommendation_v4 import startup_model as sm
 
 HERE = sm.MeasuredCosts(scan_s_per_anchor=3e-9, range_s_per_anchor=1e-9, bucket_s_per_anchor=100e-9)
 

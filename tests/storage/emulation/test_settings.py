@@ -64,8 +64,10 @@ def test_the_training_table_is_chosen_by_its_binding():
     assert acc.source(32).startswith("compute_times_training.csv: MLPerf Training v5.1")
     with pytest.raises(ConfigError, match="compute_times_training.csv has no compute time for retinanet on 'h100'"):
         resolve("h100", Emulation(compute_times="training"), spec=RETINANET)
-    with pytest.raises(ConfigError, match="recommendation_v4 has no compute times from MLPerf Training"):
-        resolve("b200", Emulation(compute_times="training"), spec=DLRM)
+    with pytest.raises(ConfigError, match="compute_times_training.csv has no compute time for dlrm on 'b200'"):
+        resolve("b200", Emulation(compute_times="training"), spec=DLRM)  # the RCP logs' table: gb300 and mi350x
+    hstu = resolve("mi350x", Emulation(compute_times="training"), spec=DLRM)
+    assert 0.70 < hstu.seconds_per_step(1024) < 0.80
 
 
 @pytest.mark.parametrize("field,value", [("seconds_per_step", -1.0), ("au_threshold", 1.5),
