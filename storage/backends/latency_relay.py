@@ -20,9 +20,10 @@ paths that already cross a TCP connection: an emulated host's sshfs connection t
   hold is over, whatever the other connections do: each direction wakes ahead of a chunk's due time by
   its own recent oversleep in select() (the 90th percentile of its last 64, at most 0.5 ms: a wake-up a
   little early costs a short wait, a late one the chunk's punctuality), waits out the rest,
-  and starts the send as far ahead of the due time as its own unblocked sends take to reach the kernel
-  (the 10th percentile of its last 64, at most 0.1 ms): a send blocked by a slow reader's full window
-  moves nothing earlier, on its connection or another. With `jitter_ms` J, each
+  and starts the send ahead of the due time by what its own unblocked sends take to reach the kernel
+  (the median, over its last 64 sends that took under 0.1 ms, of their end against the time they were
+  meant to start; at most 0.1 ms): a send blocked by a slow reader's full window moves nothing earlier,
+  on its connection or another. With `jitter_ms` J, each
   chunk's one-way hold is drawn uniformly from [L/2 - J/2, L/2 + J/2] (never below 0) and never ends
   before the previous chunk's of its direction: the byte stream's order is never changed, so a chunk
   behind a late one leaves no earlier than it does.
@@ -126,7 +127,7 @@ class _Direction:
         self._oversleep: collections.deque[int] = collections.deque(maxlen=OVERSLEEP_WINDOW)
         self._until_estimate = OVERSLEEP_EVERY
         # how long before the due time a send starts: what this direction's unblocked sends take to hand a
-        # chunk to the kernel (a low percentile, so that blocked sends do not count)
+        # chunk to the kernel (a blocked send, over MAX_HANDOVER_NS, is not counted)
         self.handover = 0
         self._sends: collections.deque[int] = collections.deque(maxlen=OVERSLEEP_WINDOW)
         self._until_handover = OVERSLEEP_EVERY
@@ -165,11 +166,12 @@ class _Direction:
             self.early = max(0, min(sorted(self._oversleep)[len(self._oversleep) * 9 // 10], MAX_EARLY_NS))
 
     def _sent(self, ns: int) -> None:
+        """One unblocked send: from the time it was meant to start to the kernel having the chunk."""
         self._sends.append(ns)
         self._until_handover -= 1
         if self._until_handover <= 0:
             self._until_handover = OVERSLEEP_EVERY
-            self.handover = max(0, min(sorted(self._sends)[len(self._sends) // 10], MAX_HANDOVER_NS))
+            self.handover = max(0, min(sorted(self._sends)[len(self._sends) // 2], MAX_HANDOVER_NS))
 
     def _run(self) -> None:
         reading = True
@@ -181,7 +183,7 @@ class _Direction:
                     self.queued -= len(data)
                     start = due - self.handover
                     while time.monotonic_ns() < start:  # woken early (at most MAX_EARLY_NS): the kernel gets it at due
-                        pass
+                        time.sleep(0)  # lets the relay's other threads have the interpreter meanwhile
                     if not data:  # the source closed its side: so does the relay, once the hold is over
                         with contextlib.suppress(OSError):
                             self.dest.shutdown(socket.SHUT_WR)
@@ -189,7 +191,8 @@ class _Direction:
                     sending = time.monotonic_ns()
                     self.dest.sendall(data)
                     now = time.monotonic_ns()
-                    self._sent(now - sending)
+                    if now - sending <= MAX_HANDOVER_NS:  # not blocked by the receiver's window
+                        self._sent(now - start)
                     self.relay.count_bytes(len(data))
                 wake = self.queue[0][0] - self.handover - self.early if self.queue else None
                 timeout = None if wake is None else max(0, wake - now) / 1e9
