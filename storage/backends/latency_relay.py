@@ -16,8 +16,8 @@ paths that already cross a TCP connection: an emulated host's sshfs connection t
 - **The delay**: `latency_ms` is the round trip a request-response gains; each direction holds each
   chunk it reads for half of it. A chunk's hold starts when the kernel received its last byte (the
   socket's receive timestamp, SO_TIMESTAMPNS), so the relay's own wake-up and hand-over are inside the
-  hold, not added to it; the relay's threads sleep with a timer slack of 1 us. No chunk leaves before its
-  hold is over, whatever the other connections do: each direction wakes ahead of a chunk's due time by
+  hold, not added to it; the relay's threads sleep with a timer slack of 1 us. A chunk reaches the kernel
+  when its hold is over, whatever the other connections do: each direction wakes ahead of a chunk's due time by
   its own recent oversleep in select() (the 90th percentile of its last 64, at most 0.5 ms: a wake-up a
   little early costs a short wait, a late one the chunk's punctuality), waits out the rest,
   and starts the send ahead of the due time by what its own unblocked sends take to reach the kernel
