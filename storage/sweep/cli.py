@@ -54,6 +54,10 @@ storage brought up with --latency-ms 0: storage.sweep.latency) before the counts
 it: one sweep per latency under <out>/latency_<L>ms/, and the answer against the latency, ours and
 DLIO's, in <out>'s sweep.json, sweep.md and sweep.png.
 
+--cold-start says how each point starts with the dataset out of the client's page cache
+(storage.sweep.cold_start): each host evicting the dataset's files one by one, or, on client hosts
+emulated in front of a shared storage (the default there), every host's mount mounted again at once.
+
 Example:
     python -m storage.sweep --benchmark flux --accelerator b200 --gin_config flux/configs/debug.gin --max-accelerators 4 --steps 16
 """
@@ -80,6 +84,7 @@ from storage.compute_times.tables import SOURCES, ComputeTimeError, lookup
 from storage.sweep.dlio import dataset_root, dlio_point, dlio_work_root
 from storage.sweep.hosts import host_summaries
 from storage.sweep.launch import LAUNCHERS, Launcher, LaunchError, make_launcher
+from storage.sweep import cold_start as sweep_cold_start
 from storage.sweep import latency as sweep_latency
 from storage.sweep import phases as sweep_phases
 from storage.sweep.plot import bar as _bar
@@ -249,6 +254,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=float, nargs="+", default=None,
                         help="the round trip the storage link adds (ms), set on the relays of a storage brought up "
                              "with --latency-ms 0; several values: a sweep at each (storage.sweep.latency)")
+    parser.add_argument("--cold-start", choices=sweep_cold_start.MODES, default=None,
+                        help="how each point starts cold: files (each host drops the dataset's files from its page "
+                             "cache one by one) or mount (every emulated host's mount of the shared storage mounted "
+                             "again); default mount with --emulated-hosts on a shared storage, else files")
     parser.add_argument("--dlio-work-dir", type=Path, default=None,
                         help="where DLIO writes its data (on the dataset's filesystem; default <out>/dlio-work "
                              "when --out is there)")
@@ -263,6 +272,7 @@ class SweepSetup:
     launcher: Launcher
     relays: tuple[Path, ...] = ()
     phases_profile: dict[str, Any] | None = None
+    cold_start: str = "files"
 
 
 def check_arguments(args: argparse.Namespace) -> SweepSetup:
@@ -311,7 +321,9 @@ def check_arguments(args: argparse.Namespace) -> SweepSetup:
     if args.latency_ms is not None:  # the relays that will add it, found before anything runs
         sweep_latency.check_latencies(args.latency_ms)
         relays = sweep_latency.relay_controls(args.emulated_hosts.resolve() if args.emulated_hosts else None)
-    return SweepSetup(launcher=launcher, relays=tuple(relays), phases_profile=phases_profile)
+    cold_start = sweep_cold_start.resolve(getattr(args, "cold_start", None),
+                                          args.emulated_hosts.resolve() if args.emulated_hosts else None)
+    return SweepSetup(launcher=launcher, relays=tuple(relays), phases_profile=phases_profile, cold_start=cold_start)
 
 
 def output_folder(args: argparse.Namespace, folder: Path | None = None) -> Path:
@@ -355,18 +367,26 @@ class Sweep:
                 "client_host_memory_in_gb": a.client_host_memory_in_gb,
                 "launcher": self.launcher.kind, "hosts": self.launcher.host_names() or None,
                 "dlio": a.dlio, "out": str(self.out), "created": self.created, "latency_ms": self.latency_ms,
-                "latency_relays": len(self.setup.relays) or None,
+                "latency_relays": len(self.setup.relays) or None, "cold_start": self.setup.cold_start,
                 "phases_from": None if getattr(a, "phases_from", None) is None else str(a.phases_from)}
 
     def measure(self, n: int) -> Point:
         a = self.args
+        cold, bindings = None, self.gin_bindings
+        if self.setup.cold_start == "mount":
+            cold = sweep_cold_start.empty_host_caches(a.emulated_hosts.resolve())
+            bindings = [*bindings, sweep_cold_start.NO_EVICTION_BINDING]
+            print(f"[sweep] cold start: {len(cold['hosts'])} host mount(s) of {cold['mount']} mounted again in "
+                  f"{cold['seconds']:.2f}s", flush=True)
         cmd, env = point_launch(benchmark=a.benchmark, accelerator=a.accelerator, n=n, gin_configs=self.gin_configs,
-                                gin_bindings=self.gin_bindings, runs_root=self.out / "runs", steps=a.steps,
+                                gin_bindings=bindings, runs_root=self.out / "runs", steps=a.steps,
                                 launcher=self.launcher)
         run_dir, log = self.out / "runs" / a.benchmark / f"n{n}", self.out / "runs" / f"n{n}.log"
         placed = ", ".join(f"{h}: {k}" for h, k in self.launcher.placement(n)) if self.launcher.multi_host else ""
         print(f"[sweep] {n} x {a.accelerator}{f' ({placed})' if placed else ''}: {shlex.join(cmd)}", flush=True)
         report, run = run_point(cmd, run_dir=run_dir, log=log, timeout_s=a.timeout_s, extra_env=env)
+        if cold is not None:
+            run["cold_start"] = cold
         profile = _load_profile(run_dir)
         figures = with_read_wait(figures_of_report(report), profile)
         if a.client_host_memory_in_gb is not None:

@@ -78,6 +78,11 @@ def test_each_host_reads_the_export_over_the_limited_link_and_caches_only_what_i
     assert again < 0.25 * expected, again  # n1's page cache
     other = _read_seconds(storage, "n2", data)
     assert 0.8 * expected <= other, (other, expected)  # n2 has its own cache: over the link again
+    # the cold start empties every host's cache at once: its mount mounted again, one mount a host
+    assert main(["cold", "--work", str(storage.work)]) == 0
+    cold = _read_seconds(storage, "n1", data)
+    assert 0.8 * expected <= cold, (cold, expected)
+    assert _on(storage, "n1", f"grep -c ' {storage.mount} fuse.sshfs ' /proc/self/mounts").strip() == "1"
     # each host resolves every host to a loopback address of its own
     hosts = _on(storage, "n1", "getent hosts n1 n2").split()
     assert hosts[0] == "127.0.1.1" and hosts[2] == "127.0.1.2"

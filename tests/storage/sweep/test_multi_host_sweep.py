@@ -111,6 +111,14 @@ def test_the_mpi_sweep_over_two_hosts_stops_where_the_link_says(shared, tmp_path
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "-hosts n1:1,n2:1" in proc.stdout  # mlpstorage's spread: one rank per host at 2
     _check(out, proc.stdout)
+    # on emulated hosts each point starts cold by mounting every host's export again, evicting nothing itself
+    document = json.loads((out / "sweep.json").read_text())
+    assert document["cold_start"] == "mount"
+    for point in document["points"]:
+        assert point["cold_start"]["hosts"] == list(HOSTS), point
+        report = json.loads((Path(point["run_dir"]) / "emulation.json").read_text())
+        assert report["cold"] is None, report["cold"]
+    assert proc.stdout.count("host mount(s) of") == len(document["points"])
 
 
 @pytest.fixture
