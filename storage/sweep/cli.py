@@ -405,13 +405,21 @@ class Sweep:
 
     def with_dlio(self, point: Point, n: int) -> Point:
         run_dir = Path(point.run["run_dir"])
+        shared = None
+        if self.setup.cold_start == "mount":  # DLIO's data on the shared storage, read through the hosts' mounts
+            shared = sweep_cold_start.dlio_data(self.args.emulated_hosts.resolve(), self.out, n)
+            self.dlio_root = self.dlio_root or self.out / "dlio-work"  # its configuration, logs and results
         if self.dlio_root is None:
             self.dlio_root = dlio_work_root(self.args.dlio_work_dir, out=self.out, dataset=dataset_root(run_dir))
-        figures, details = dlio_point(run_dir, n=n, work=self.dlio_root / f"n{n}", au_threshold=point.au_threshold,
-                                      timeout_s=self.args.timeout_s, launcher=self.launcher)
+        try:
+            figures, details = dlio_point(run_dir, n=n, work=self.dlio_root / f"n{n}", au_threshold=point.au_threshold,
+                                          timeout_s=self.args.timeout_s, launcher=self.launcher, shared=shared)
+        finally:
+            if shared is not None:
+                sweep_cold_start.remove_dlio_folder(self.args.emulated_hosts.resolve())
         label = "DLIO 3.0.x (object mode)" if details.get("dlio") == "3.0" else "DLIO 2.0.0"
         print(f"[sweep] {n} x {label}: AU {figures.au_mean:.1%}: {'PASS' if figures.passed else 'FAIL'}; "
-              f"{_number(figures.mb_per_s, ',.2f')} MB/s", flush=True)
+              f"{_number(figures.mb_per_s, ',.2f')} MB/s, client CPU {_cpu(figures)}", flush=True)
         return dataclasses.replace(point, dlio=figures, dlio_run=details)
 
 

@@ -14,13 +14,17 @@ storage has mounts) and `files` everywhere else.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from storage.backends.shared_storage import SharedStorage, SharedStorageError
+from storage.sweep.dlio import SharedData
 from storage.sweep.rules import SweepError
 
 MODES = ("files", "mount")
+# DLIO's data in the export, beside the dataset, while a point replays it
+DLIO_FOLDER = ".dlio-data"
 # a point whose storage was emptied as a whole evicts nothing itself
 NO_EVICTION_BINDING = "storage.Emulation.evict_page_cache = False"
 
@@ -56,3 +60,25 @@ def empty_host_caches(emulated_hosts: Path) -> dict[str, Any]:
         return storage.cold_start()
     except SharedStorageError as error:
         raise SweepError(f"--cold-start mount: {error}") from None
+
+
+def dlio_data(emulated_hosts: Path, out: Path, n: int) -> SharedData:
+    """Where DLIO's data of one point goes on the shared storage: written into the export from here, read by
+    DLIO's ranks through their hosts' mounts (as the run's loaders read the dataset), each training started
+    cold as the points are. Without this DLIO would write and read its data on this machine's own disk."""
+    storage = _mounted_storage(emulated_hosts)
+    if storage is None:
+        raise SweepError(f"--dlio: the shared storage of {emulated_hosts} has no mounts up any more")
+    folder = Path(DLIO_FOLDER) / f"{os.getpid()}-{out.name}-n{n}"
+    return SharedData(written=storage.export / folder, read=storage.mount / folder,
+                      cold_start=lambda: empty_host_caches(emulated_hosts))
+
+
+def remove_dlio_folder(emulated_hosts: Path) -> None:
+    """The export's DLIO folder once empty (each replay removes its own data)."""
+    storage = _mounted_storage(emulated_hosts)
+    if storage is not None:
+        try:
+            (storage.export / DLIO_FOLDER).rmdir()
+        except OSError:
+            pass

@@ -4,12 +4,15 @@ DLIO 2.0.0, cold, over the same hosts; for data in an object store, with DLIO 3.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 from common.object_store.location import is_object_url
+from storage.host.cpu_use import SATURATED, CpuSeries
 from storage.sweep.launch import Launcher
 from storage.sweep.rules import Figures, PointFailed, SweepError
 
@@ -70,36 +73,71 @@ def _evict_before_training(evictions: list[dict[str, Any]]) -> Callable[[Path], 
     return hook
 
 
+@dataclasses.dataclass(frozen=True)
+class SharedData:
+    """DLIO's data on a shared storage its ranks read through their hosts' mounts: written at `written` (in
+    the export, from here), read at `read` (the same folder under the hosts' mount), each training started
+    cold by `cold_start` (every host's mount mounted again; what it did, for the record)."""
+
+    written: Path
+    read: Path
+    cold_start: Callable[[], dict[str, Any]]
+
+
+def _epoch_span(train_out: Path) -> tuple[float, float] | None:
+    """DLIO's training epochs, first start to last end, as time.time() values (its per_epoch_stats.json
+    holds this host's local wall clock); None where it wrote none."""
+    try:
+        epochs = json.loads((train_out / "per_epoch_stats.json").read_text())
+        spans = [(datetime.datetime.fromisoformat(e["start"]).timestamp(),
+                  datetime.datetime.fromisoformat(e["end"]).timestamp()) for e in epochs.values()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
+
 def dlio_point(run_dir: Path, *, n: int, work: Path, au_threshold: float, timeout_s: float | None,
-               launcher: Launcher | None = None) -> tuple[Figures, dict[str, Any]]:
-    """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count."""
+               launcher: Launcher | None = None, shared: SharedData | None = None) -> tuple[Figures, dict[str, Any]]:
+    """Exports the run's workload and replays it with DLIO 2.0.0, cold; DLIO's figures at this count, its
+    client CPU over its training epochs (this machine's /proc/stat, as a point's own client CPU) among them."""
     from storage.host.page_cache import PageCacheError
     from storage.dlio.export.profile_reading import ExportError
     from storage.dlio.export.workloads import export
     from storage.dlio.replay.generic import DlioEnvError, MpiHosts, ReplayError, replay
 
     evictions: list[dict[str, Any]] = []
+    def every_host_cold(data: Path) -> None:  # the shared storage's cold start: its hosts hold the caches
+        assert shared is not None
+        evictions.append(shared.cold_start())
+
+    before_train = every_host_cold if shared is not None else _evict_before_training(evictions)
     mpi = None
     if launcher is not None and launcher.multi_host:  # DLIO's ranks over the same hosts, as mlpstorage places them
         mpi = MpiHosts(hosts=tuple(f"{h}:{k}" for h, k in launcher.placement(n)),
                        launcher_exec=launcher.launcher_exec, env=launcher.extra_env)
-    try:
-        export(run_dir)
-        if is_object_url(dataset_root(run_dir)):  # nothing to evict: DLIO reads the endpoint, as ours did
-            from storage.dlio.replay.object_replay import object_replay
+    with CpuSeries() as cpu:
+        try:
+            export(run_dir)
+            if is_object_url(dataset_root(run_dir)):  # nothing to evict: DLIO reads the endpoint, as ours did
+                from storage.dlio.replay.object_replay import object_replay
 
-            result = object_replay(run_dir, work_dir=work, tag=f"{work.parent.parent.name}-{work.name}",
-                                   timeout_s=timeout_s, mpi=mpi)
-        else:
-            result = replay(run_dir, work_dir=work, timeout_s=timeout_s,
-                            before_train=_evict_before_training(evictions), mpi=mpi)
-    except (ExportError, ReplayError, DlioEnvError, PageCacheError, OSError) as error:
-        raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
+                result = object_replay(run_dir, work_dir=work, tag=f"{work.parent.parent.name}-{work.name}",
+                                       timeout_s=timeout_s, mpi=mpi)
+            else:
+                result = replay(run_dir, work_dir=work, timeout_s=timeout_s, before_train=before_train, mpi=mpi,
+                                data_dir=shared.written if shared else None, train_data_dir=shared.read if shared else None)
+        except (ExportError, ReplayError, DlioEnvError, PageCacheError, OSError) as error:
+            raise PointFailed(f"n{n}: DLIO replay of {run_dir} failed: {error}") from None
+    span = _epoch_span(work / "train")
+    busy = cpu.busy_between(*span) if span else None
     au = float(result.replayed["au"])
     figures = Figures(accelerators=n, au_mean=au, passed=au >= au_threshold,
                       samples_per_s=float(result.replayed["samples_per_s"]),
-                      mb_per_s=float(result.replayed["mb_per_s"]))
+                      mb_per_s=float(result.replayed["mb_per_s"]), client_cpu_busy=busy,
+                      client_cpu_saturated=None if busy is None else busy >= SATURATED)
     details = {"result": str(result.result_path), "work_dir": str(work), "seconds": result.seconds,
-               "eviction": evictions[0] if evictions else None, "commands": result.commands}
+               "eviction": evictions[0] if evictions else None, "commands": result.commands,
+               "data_read_at": str(shared.read) if shared else None,
+               "cpu_span_s": None if span is None else round(span[1] - span[0], 3)}
     details["dlio"] = result.dlio
     return figures, details

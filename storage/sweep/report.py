@@ -49,7 +49,7 @@ def markdown_table(points: Sequence[Point]) -> str:
         (["GET/s", "GETs/sample", "B/GET", "GET ms"] if with_objects else []) + \
         (["window phase MB", "its share of device B/sample", "its share of window time"] if with_windows else []) + \
         (["read wait p50 ms", "read wait p99 ms"] if with_wait else []) + \
-        (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s"] if with_dlio else [])
+        (["DLIO AU", "DLIO pass", "DLIO samples/s", "DLIO MB/s", "DLIO client CPU"] if with_dlio else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     for point in points:
         f = point.figures
@@ -68,7 +68,7 @@ def markdown_table(points: Sequence[Point]) -> str:
         if with_dlio:
             d = point.dlio
             row += [_au(d.au_mean if d else None), _pass(d), _number(d.samples_per_s if d else None, ",.1f"),
-                    _number(d.mb_per_s if d else None, ",.2f")]
+                    _number(d.mb_per_s if d else None, ",.2f"), _cpu(d) if d else "n/a"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

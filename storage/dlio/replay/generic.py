@@ -402,7 +402,8 @@ def trained_result(*, profile: dict[str, Any], workload: str, dataset_format: st
 
 def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = False,
            timeout_s: float | None = None, before_train: Callable[[Path], None] | None = None,
-           dlio: str = "2.0.0", mpi: MpiHosts | None = None) -> ReplayResult:
+           dlio: str = "2.0.0", mpi: MpiHosts | None = None, data_dir: Path | None = None,
+           train_data_dir: Path | None = None) -> ReplayResult:
     """Generates the workload's data with DLIO 2.0.0 (`dlio="3.0"`: 3.0.x), runs its training emulation
     with the profile's world size, prints measured vs replayed and writes RUN_DIR/dlio/replay_result.json
     (replay_result_dlio3.json).
@@ -410,6 +411,11 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     `before_train`, if given, is called with DLIO's data folder once the data is generated and
     before DLIO trains on it: e.g. to drop the fresh files from the page cache, so that DLIO reads
     them from storage as a cold run does rather than from the memory the generation just filled.
+
+    DLIO's data goes to `data_dir` (default WORK/data); its training ranks read it at `train_data_dir`,
+    the same folder as they see it (default: the same path). On client hosts in front of a shared
+    storage the data is written into the export here and read by the ranks through their mounts, as
+    the run's loaders read the dataset.
 
     This is the generic replay (one record per sample); storage.dlio.replay.choice.replay picks
     it or the reader plugin's."""
@@ -423,7 +429,8 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
 
     default_work = "replay" if dlio == "2.0.0" else "replay" + DLIO3_SUFFIX.replace("_", "-")
     work = Path(work_dir).resolve() if work_dir is not None else run_dir / EXPORT_DIR / default_work
-    data, gen_out, train_out = work / "data", work / "generate", work / "train"
+    data, gen_out, train_out = Path(data_dir) if data_dir is not None else work / "data", work / "generate", work / "train"
+    train_data = Path(train_data_dir) if train_data_dir is not None else data
     for stale in (data, gen_out, train_out):  # stale files would count as generated data or results
         shutil.rmtree(stale, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
@@ -431,7 +438,7 @@ def replay(run_dir: Path, *, work_dir: Path | None = None, keep_data: bool = Fal
     label = DLIO_LABEL[dlio]
     gen_limit, train_limit = (timeout_s, timeout_s) if timeout_s else _timeouts(workload)
     commands = {"generate": _dlio_command(python, world, dlio_config, name, data, gen_out, True),
-                "train": _dlio_command(python, world, dlio_config, name, data, train_out, False, mpi)}
+                "train": _dlio_command(python, world, dlio_config, name, train_data, train_out, False, mpi)}
     seconds: dict[str, float] = {}
     io: dict[str, dict[str, int] | None] = {}
     # DLIO's data (the workload's size) goes however this process ends: below, or by the guard after a SIGKILL

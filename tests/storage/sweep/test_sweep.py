@@ -154,9 +154,9 @@ def test_figures_of_a_report_take_the_busiest_host_and_the_page_cache_of_every_h
 
 def test_markdown_table_has_dlio_columns_only_with_dlio():
     lines = markdown_table([_point(1, 0.95, dlio_au=0.97), _point(2, 0.85)]).splitlines()
-    assert lines[0].endswith("| DLIO AU | DLIO pass | DLIO samples/s | DLIO MB/s |")
-    assert lines[2].endswith("| 97.0% | yes | 99.0 | 1.40 |")
-    assert lines[3].endswith("| n/a | n/a | n/a | n/a |")  # a point DLIO did not replay
+    assert lines[0].endswith("| DLIO AU | DLIO pass | DLIO samples/s | DLIO MB/s | DLIO client CPU |")
+    assert lines[2].endswith("| 97.0% | yes | 99.0 | 1.40 | n/a |")  # DLIO's CPU: none recorded here
+    assert lines[3].endswith("| n/a | n/a | n/a | n/a | n/a |")  # a point DLIO did not replay
 
 
 def test_written_files(tmp_path):
@@ -595,3 +595,32 @@ def test_a_signal_or_a_kill_of_the_sweep_ends_its_running_point_every_process_of
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_dlio_s_epochs_are_read_from_its_per_epoch_stats_as_wall_clock_times(tmp_path):
+    import datetime
+
+    from storage.sweep.dlio import _epoch_span
+
+    assert _epoch_span(tmp_path) is None  # DLIO wrote none
+    stats = {"1": {"start": "2026-12-06T16:45:21.830611", "block1": {}, "end": "2026-12-06T16:45:28.450705"},
+             "2": {"start": "2026-12-06T16:45:29.000000", "end": "2026-12-06T16:45:31.500000"}}
+    (tmp_path / "per_epoch_stats.json").write_text(json.dumps(stats))
+    start, end = _epoch_span(tmp_path)
+    assert start == datetime.datetime(2026, 12, 6, 16, 45, 21, 830611).timestamp()
+    assert end - start == pytest.approx(9.669389)
+    (tmp_path / "per_epoch_stats.json").write_text("{not json")
+    assert _epoch_span(tmp_path) is None
+
+
+def test_dlio_s_data_on_a_shared_storage_is_written_in_the_export_and_read_through_the_hosts_mount(tmp_path, monkeypatch):
+    from storage.sweep import cold_start
+
+    class Storage:
+        export, mount, mounted = tmp_path / "export", tmp_path / "mnt", ["n1", "n2"]
+
+    monkeypatch.setattr(cold_start, "_mounted_storage", lambda hosts: Storage)
+    data = cold_start.dlio_data(tmp_path / "w", tmp_path / "sweep" / "latency_10ms", 4)
+    assert data.written.parent == Storage.export / cold_start.DLIO_FOLDER
+    assert data.read == Storage.mount / data.written.relative_to(Storage.export)
+    assert data.written.name.endswith("-latency_10ms-n4")
