@@ -408,7 +408,9 @@ class Sweep:
         shared = None
         if self.setup.cold_start == "mount":  # DLIO's data on the shared storage, read through the hosts' mounts
             shared = sweep_cold_start.dlio_data(self.args.emulated_hosts.resolve(), self.out, n)
-            self.dlio_root = self.dlio_root or self.out / "dlio-work"  # its configuration, logs and results
+            if self.dlio_root is None:  # DLIO's configuration, logs and results: its data is in the export
+                requested = self.args.dlio_work_dir
+                self.dlio_root = requested / self.out.name if requested is not None else self.out / "dlio-work"
         if self.dlio_root is None:
             self.dlio_root = dlio_work_root(self.args.dlio_work_dir, out=self.out, dataset=dataset_root(run_dir))
         try:

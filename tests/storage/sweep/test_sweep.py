@@ -624,3 +624,29 @@ def test_dlio_s_data_on_a_shared_storage_is_written_in_the_export_and_read_throu
     assert data.written.parent == Storage.export / cold_start.DLIO_FOLDER
     assert data.read == Storage.mount / data.written.relative_to(Storage.export)
     assert data.written.name.endswith("-latency_10ms-n4")
+
+
+def test_dlio_beside_a_sweep_on_emulated_hosts_reads_the_shared_storage_and_keeps_its_work_dir(tmp_path, monkeypatch):
+    import argparse
+
+    from storage.sweep import cold_start
+    from storage.sweep.launch import Launcher
+
+    seen = {}
+
+    def replayed(run_dir, *, n, work, au_threshold, timeout_s, launcher, shared):
+        seen.update(work=work, shared=shared)
+        return Figures(accelerators=n, au_mean=0.99, passed=True), {"dlio": "2.0.0"}
+
+    monkeypatch.setattr(sweep_module, "dlio_point", replayed)
+    monkeypatch.setattr(cold_start, "dlio_data", lambda hosts, out, n: ("shared", hosts, out.name, n))
+    monkeypatch.setattr(cold_start, "remove_dlio_folder", lambda hosts: seen.update(removed=hosts))
+    args = argparse.Namespace(gin_config=[], gin_bindings=[], client_host_memory_in_gb=None, compute_times="storage",
+                              dlio_work_dir=tmp_path / "dw", emulated_hosts=tmp_path / "w", timeout_s=None)
+    sweep = sweep_module.Sweep(args, sweep_module.SweepSetup(launcher=Launcher(), cold_start="mount"),
+                               tmp_path / "latency_30ms")
+    point = sweep.with_dlio(_point(2, 0.9), 2)
+    assert point.dlio.au_mean == 0.99
+    assert seen["shared"] == ("shared", (tmp_path / "w").resolve(), "latency_30ms", 2)
+    assert seen["work"] == tmp_path / "dw" / "latency_30ms" / "n2"  # --dlio-work-dir still holds its logs
+    assert seen["removed"] == (tmp_path / "w").resolve()
