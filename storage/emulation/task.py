@@ -8,7 +8,12 @@ microseconds. What the step reports as its compute is the time it held, measured
 accelerator utilisation (AU) is computed from what happened, not from what was asked.
 
 AU is MLPerf Storage's (DLIO's): the compute time of the steps after the first over the wall
-time from the end of the first step to the end of the last, per accelerator. Over the same span
+time from the end of the first step to the end of the last, per accelerator. The first step ends
+on every rank at once (a barrier after its hold): a real step's gradient all-reduce makes every rank
+wait for the slowest one's first batch, and so does the training loop's per-step agreement here, one
+step later. Without it, a rank whose first batch came early counted its wait for a late one (a host
+whose cold start was slower, e.g. 7.7 s at 30 ms over a freshly mounted share) in its timed span
+while the late rank did not. Over the same span
 the host's CPU use is sampled (/proc/stat, at most every CPU_SAMPLE_S), to tell a client whose CPU
 was the limit. With emulated checkpoints (storage.emulation.checkpoints) a step that is due saves after
 its compute, synchronously: the save is wall time without compute, so it lowers the AU, and the AU
@@ -23,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from common.distributed.collectives import barrier
 from common.run.task import EvalOutput, EvalPoint, StepContext, StepOutput
 from storage.emulation.checkpoints import RunCheckpoints
 from storage.host.cpu_use import busy_fraction, cpu_jiffies
@@ -77,6 +83,8 @@ class EmulatedTask:
 
     def train_step(self, batch: Any, step: StepContext) -> StepOutput:
         held = hold(self._draw())
+        if self._first_end is None:
+            barrier()  # the timed span starts when the last rank's first step ends (a world of one: no-op)
         end = time.perf_counter()
         samples = int(self.count_samples(batch))
         self.steps += 1

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +83,18 @@ def test_without_proc_stat_the_cpu_use_is_unknown_and_the_steps_go_on(monkeypatc
     for step in range(3):
         task.train_step([0], StepContext(step=step, lr=None))
     assert task.utilisation()["host_cpu_busy"] is None and task.utilisation()["steps"] == 3
+
+
+def test_a_rank_whose_first_batch_came_early_does_not_count_the_wait_for_a_late_one(tmp_path):
+    """2 gloo ranks, rank 1's first batch 1.5 s late: both time the same span, from the end of the last
+    first step; without the barrier rank 0's AU was about 0.1 / 1.6 (it waited in the next agreement)."""
+    worker = Path(__file__).with_name("first_step_worker.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(tmp_path / "store"), str(late),
+                               str(tmp_path / f"rank{rank}.json")], env=env)
+             for rank, late in ((0, 0.0), (1, 1.5))]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    stats = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank_stats in stats:
+        assert rank_stats["steps"] == 6 and rank_stats["busy_s"] == pytest.approx(0.1, abs=0.01)
+        assert rank_stats["wall_s"] < 0.5 and rank_stats["au"] > 0.5, rank_stats
