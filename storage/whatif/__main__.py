@@ -1,0 +1,5 @@
+import sys
+
+from storage.whatif.cli import main
+
+sys.exit(main())

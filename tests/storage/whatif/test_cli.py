@@ -1,0 +1,90 @@
+"""python -m storage.whatif: a run directory in, the sweep's files out; refusals on one line with their status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage.sweep.report import FORMAT, markdown_table
+from storage.whatif.cli import main
+from tests.storage.load_profile.profiles import known_profile
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "load_profile.json").write_text(json.dumps(known_profile(1)))
+    return folder
+
+
+def test_a_what_if_writes_the_sweeps_files_with_the_knee_the_bandwidth_gives(run_dir, tmp_path, capsys):
+    # the profile's 3,150 B a sample at a B200's 24 per 47.55 ms: 1.59 MB/s an accelerator; 10 MB/s keep 6
+    out = tmp_path / "out"
+    code = main([str(run_dir), "--accelerator", "b200", "--bandwidth-mb-s", "10", "--max-accelerators", "16",
+                 "--steps", "30", "--out", str(out), "--no-plot"])
+    assert code == 0
+    document = json.loads((out / "sweep.json").read_text())
+    assert document["format"] == FORMAT and document["launcher"] == "whatif"
+    assert [p["accelerators"] for p in document["points"]] == [1, 2, 4, 8, 16]
+    assert document["headline"]["accelerators"] == 4
+    assert document["whatif"]["storage"]["bandwidth_mb_s"] == 10 and document["whatif"]["hosts"]["cores"] is None
+    assert all("queue_depth" in p["model"] for p in document["points"])
+    table = (out / "sweep.md").read_text()
+    header = markdown_table([]).splitlines()[0]  # the sweep's own columns, in its order
+    assert header.removesuffix(" |") in table
+    assert "knee 4" in capsys.readouterr().out
+
+
+def test_a_cluster_file_and_flags_combine_the_flag_winning(run_dir, tmp_path):
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"accelerator": "b200", "hosts": {"cores": 4, "accelerators_per_host": 2},
+                                   "storage": {"bandwidth_mb_s": 1, "latency_ms": 0.5}}))
+    out = tmp_path / "out"
+    assert main([str(run_dir), "--cluster", str(cluster), "--bandwidth-mb-s", "1000", "--counts", "2,8",
+                 "--steps", "12", "--out", str(out), "--no-plot"]) == 0
+    document = json.loads((out / "sweep.json").read_text())
+    assert document["whatif"]["storage"]["bandwidth_mb_s"] == 1000 and document["whatif"]["storage"]["latency_ms"] == 0.5
+    assert [p["model"]["hosts"] for p in document["points"]] == [1, 4]
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--accelerator", "nosuch"], "--accelerator nosuch: .*no compute time"),
+    (["--accelerator", "b200", "--latency-ms", "-1"], "latency_ms must be >= 0"),
+    (["--accelerator", "b200", "--counts", "8,x"], "--counts must be comma-separated integers"),
+    (["--accelerator", "b200", "--steps", "1"], "--steps must be >= 2"),
+    (["--accelerator", "b200", "--cluster", "/nonexistent.json"], "--cluster /nonexistent.json: cannot be read"),
+])
+def test_a_config_error_is_status_2_on_one_line(run_dir, tmp_path, capsys, extra, match):
+    assert main([str(run_dir), "--out", str(tmp_path / "out"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and __import__("re").search(match, err), err
+
+
+def test_an_unknown_cluster_key_is_named(run_dir, tmp_path, capsys):
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"storage": {"bandwith_mb_s": 10}}))
+    assert main([str(run_dir), "--accelerator", "b200", "--cluster", str(cluster)]) == 2
+    assert "unknown key storage.bandwith_mb_s" in capsys.readouterr().err
+
+
+def test_the_command_exits_3_on_a_broken_profile_and_2_on_a_bad_flag(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    profile = known_profile(1)
+    del profile["totals"]["bytes_per_sample"]
+    (broken / "load_profile.json").write_text(json.dumps(profile))
+    command = [sys.executable, "-m", "storage.whatif", str(broken), "--accelerator", "b200", "--out", str(tmp_path / "o")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "no field 'totals.bytes_per_sample'" in done.stderr, done.stderr
+    bad = subprocess.run(command + ["--iops", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3  # the profile is read first: its error wins
+    (broken / "load_profile.json").write_text(json.dumps(known_profile(1)))
+    bad = subprocess.run(command + ["--iops", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "iops must be > 0" in bad.stderr, bad.stderr
