@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--steps", type=int, default=None, help="steps per count (default: the measured run's)")
     model.add_argument("--seed", type=int, default=0, help="the latency jitter's seed (default 0)")
     model.add_argument("--pieces", type=int, default=2, help="parts a worker reads its batch in (default 2)")
+    model.add_argument("--requests-from", choices=("auto", "calls", "device"), default="auto",
+                       help="requests per sample: the loader's read calls, the block device's reads (what readahead and "
+                            "page faults made of them), or auto: the device's for an mmap loader (default)")
+    model.add_argument("--independent-ranks", action="store_true",
+                       help="no per-step all-reduce: each rank runs on its own (as DLIO's ranks do within an epoch)")
     model.add_argument("--measured-cores", type=int, default=None,
                        help="the cores of the host the runs were measured on: with emulation.json's CPU use, the "
                             "CPU-seconds per sample beside the loader's (default: the loader's alone)")
@@ -92,7 +97,8 @@ def resolve(args: argparse.Namespace):
         if value is not None and value < (2 if name == "steps" else 1):
             raise ConfigError(f"--{name} must be >= {2 if name == 'steps' else 1}, got {value}")
     counts = _counts(args)
-    profile = combined([read_run(path, measured_cores=args.measured_cores) for path in args.runs])
+    profile = combined([read_run(path, measured_cores=args.measured_cores, requests_from=args.requests_from)
+                        for path in args.runs])
     name = args.accelerator or described.get("accelerator") or (profile.measured.accelerator if profile.measured else None)
     if not name:
         raise ConfigError("--accelerator: none given, in --cluster, or in the runs' emulation.json")
@@ -136,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
               f"({answer.seconds:.2f} s)", flush=True)
 
     print(f"[whatif] {profile.benchmark}: {cluster.storage.describe()}", flush=True)
-    answers = what_if(profile, cluster, counts, steps=steps, seed=args.seed, pieces=args.pieces, progress=progress)
+    barrier = not args.independent_ranks
+    answers = what_if(profile, cluster, counts, steps=steps, seed=args.seed, pieces=args.pieces, step_barrier=barrier,
+                      progress=progress)
     try:
         document = report.write(out, answers, cluster, profile, steps=steps, seed=args.seed, pieces=args.pieces,
-                                with_plot=not args.no_plot)
+                                step_barrier=barrier, with_plot=not args.no_plot)
     except OSError as error:
         print(f"error: --out {out}: cannot be written ({error.strerror or error})", file=sys.stderr)
         return 2

@@ -3,7 +3,10 @@ one storage and each client host's cores (SimPy).
 
 Per rank, as an emulated run does it:
 - the training thread takes batch k when it is ready (the wait is data wait), sleeps the accelerator's
-  compute time, and after a checkpoint's step writes its share of the checkpoint (wall without compute);
+  compute time, then waits for every rank to have done so (`step_barrier`: the emulated loop's per-step
+  all-reduce, common/run/loop.py, and the first step's barrier, storage/emulation/task.py; a real step's
+  gradient all-reduce does the same; off, the ranks run on their own, as DLIO's do between epochs), and
+  after a checkpoint's step writes its share of the checkpoint (wall without compute);
   at each window's start it first reads its share of the per-window phases (a scan);
 - worker w builds batches w, w + W, ... in order, as a DataLoader hands them out: batch k is asked for once
   batch k - W x prefetch has been taken (so at most W x prefetch are fetched or fetching at once); a worker
@@ -42,7 +45,7 @@ class RankLoad:
 
     batch: int
     seconds_per_step: float
-    bytes_per_batch: float
+    bytes_per_batch: float  # what the storage moves for a batch
     requests_per_batch: float
     loader_cpu_s_per_batch: float
     other_cpu_s_per_batch: float
@@ -53,6 +56,8 @@ class RankLoad:
     checkpoint_every_steps: int | None = None
     checkpoint_bytes: float = 0.0  # this rank's share of one save
     pieces: int = 2  # how many parts a worker reads its batch in (each: its requests' latency, then its bytes)
+    step_barrier: bool = True  # every rank ends a step together (the per-step all-reduce)
+    asked_bytes_per_batch: float | None = None  # what the loader asked for, where not what the storage moves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,10 +152,26 @@ class _Cores:
             yield self.env.timeout(seconds)
 
 
+class _Barrier:
+    """Each step's all-reduce: step k ends on every rank once the last has held its compute."""
+
+    def __init__(self, env: simpy.Environment, ranks: int, steps: int) -> None:
+        self.ranks = ranks
+        self.arrived = [0] * steps
+        self.done = [env.event() for _ in range(steps)]
+
+    def wait(self, step: int) -> simpy.Event:
+        self.arrived[step] += 1
+        if self.arrived[step] == self.ranks:
+            self.done[step].succeed()
+        return self.done[step]
+
+
 class _Rank:
     def __init__(self, env: simpy.Environment, load: RankLoad, storage: _Storage, cores: _Cores, host: int,
-                 steps: int) -> None:
+                 steps: int, barrier: _Barrier | None) -> None:
         self.env, self.load, self.storage, self.cores, self.host, self.steps = env, load, storage, cores, host, steps
+        self.barrier = barrier
         self.ready = [env.event() for _ in range(steps)]
         self.taken = [env.event() for _ in range(steps)]
         self.busy_s, self.first_end, self.last_end = 0.0, 0.0, 0.0
@@ -194,6 +215,8 @@ class _Rank:
             yield self.env.timeout(load.seconds_per_step)
             if k:
                 self.busy_s += load.seconds_per_step
+            if self.barrier is not None:
+                yield self.barrier.wait(k)
             if load.checkpoint_every_steps and load.checkpoint_bytes and (k + 1) % load.checkpoint_every_steps == 0:
                 yield from self.storage.transfer(self.host, load.checkpoint_bytes, 1.0, write=True)
             if k == 0:
@@ -215,7 +238,8 @@ def simulate(load: RankLoad, cluster: Cluster, accelerators: int, *, steps: int,
     storage = _Storage(env, cluster, hosts, np.random.default_rng([seed, accelerators]))
     cores = [_Cores(env, cluster.hosts.cores) for _ in range(hosts)]
     per_host = cluster.hosts.accelerators_per_host
-    ranks = [_Rank(env, load, storage, cores[r // per_host], r // per_host, steps) for r in range(accelerators)]
+    barrier = _Barrier(env, accelerators, steps) if load.step_barrier else None
+    ranks = [_Rank(env, load, storage, cores[r // per_host], r // per_host, steps, barrier) for r in range(accelerators)]
     events = 0
     while True:  # env.run() with a count of the events processed
         try:
@@ -233,7 +257,7 @@ def simulate(load: RankLoad, cluster: Cluster, accelerators: int, *, steps: int,
     busiest = None if cores[0].capacity is None or end <= 0 else max(c.busy_s / (c.capacity * end) for c in cores)
     return Outcome(accelerators=accelerators, hosts=hosts, steps=steps, au_mean=float(np.mean(aus)),
                    au_min=float(np.min(aus)), samples_per_s=samples_per_s,
-                   mb_per_s=samples_per_s * load.bytes_per_batch / load.batch / 1e6,
+                   mb_per_s=samples_per_s * (load.asked_bytes_per_batch or load.bytes_per_batch) / load.batch / 1e6,
                    requests_per_s=samples_per_s * load.requests_per_batch / load.batch,
                    storage_mb_per_s=storage.bytes / served / 1e6 if served > 0 else 0.0,
                    write_mb_per_s=storage.written / end / 1e6 if end > 0 else 0.0,

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from storage.whatif.errors import DataError
 
 PROFILE_FILE, EMULATION_FILE = "load_profile.json", "emulation.json"
+REQUEST_SOURCES = ("auto", "calls", "device")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +44,14 @@ class LoaderProfile:
     sources: tuple[str, ...]
     batch: int  # samples per rank and step in the measured run
     bytes_per_sample: float  # what the loader asked for (logical)
-    requests_per_sample: float  # read calls, or GETs and ranged GETs for data in an object store
+    requests_per_sample: float  # what the model sends the storage per sample (request_source says which)
     request_kind: str  # "read" or "GET"
+    request_source: str  # "read calls", "device requests" or "GETs"
+    storage_bytes_per_sample: float  # what the model moves per sample: logical, or the device's with device requests
+    access: str | None  # how the loader reads (dataset.access: read, mmap, mmap_random, get, ranged_get)
+    read_calls_per_sample: float  # the loader's noted reads (an mmap loader's copies out of its mapping)
+    device_requests_per_sample: float | None  # the block device's reads (readahead windows, page faults)
+    device_bytes_per_sample: float | None
     files_per_sample: float | None
     workers: int  # 0: the training thread reads its own batches
     prefetch: int  # batches each worker holds ready
@@ -107,7 +114,7 @@ def _read_json(path: Path, expected_format: str) -> dict[str, Any]:
     return document
 
 
-def read_run(path: Path, *, measured_cores: int | None = None) -> LoaderProfile:
+def read_run(path: Path, *, measured_cores: int | None = None, requests_from: str = "auto") -> LoaderProfile:
     """A run directory (load_profile.json, and emulation.json where there is one) or a load_profile.json."""
     path = Path(path)
     profile_path = path / PROFILE_FILE if path.is_dir() else path
@@ -115,20 +122,35 @@ def read_run(path: Path, *, measured_cores: int | None = None) -> LoaderProfile:
     emulation_path = profile_path.parent / EMULATION_FILE
     emulation = _read_json(emulation_path, "mlperf-emulation") if emulation_path.exists() else None
     return extract(profile, emulation, where=str(profile_path), emulation_where=str(emulation_path),
-                   measured_cores=measured_cores)
+                   measured_cores=measured_cores, requests_from=requests_from)
 
 
 def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = None, *, where: str = PROFILE_FILE,
-            emulation_where: str = EMULATION_FILE, measured_cores: int | None = None) -> LoaderProfile:
+            emulation_where: str = EMULATION_FILE, measured_cores: int | None = None,
+            requests_from: str = "auto") -> LoaderProfile:
+    """The loader of one run. `requests_from`: "calls" (the loader's read calls), "device" (the block device's
+    reads and bytes: what a readahead or an mmap's page faults made of them), "auto" (the device's for an mmap
+    loader where the profile has them, else the calls); an object store's are always its GETs."""
     batch = int(_number(profile, "batch_size", where, positive=True))
     bytes_per_sample = _number(profile, "totals.bytes_per_sample", where, positive=True)
     logical = _number(profile, "reads.logical_bytes", where, positive=True)
     samples_read = logical / bytes_per_sample
+    calls = _number(profile, "reads.count", where, positive=True) / samples_read
+    device_reads, device_bytes = _optional(profile, "block_device.reads"), _optional(profile, "block_device.read_bytes")
+    device = (device_reads / samples_read, device_bytes / samples_read) if device_reads and device_bytes else None
+    access = _optional(profile, "dataset.access")
     objects = profile.get("object_requests")
+    if requests_from not in REQUEST_SOURCES:
+        raise ValueError(f"requests_from must be one of {REQUEST_SOURCES}, got {requests_from!r}")
+    moved = bytes_per_sample
     if objects:
-        requests, kind = _number(profile, "object_requests.requests_per_sample", where, positive=True), "GET"
+        requests, kind, source = _number(profile, "object_requests.requests_per_sample", where, positive=True), "GET", "GETs"
+    elif requests_from == "device" or (requests_from == "auto" and device and str(access).startswith("mmap")):
+        if device is None:
+            raise DataError(f"{where}: no field 'block_device.reads' (device requests asked for)")
+        (requests, moved), kind, source = device, "read", "device requests"
     else:
-        requests, kind = _number(profile, "reads.count", where, positive=True) / samples_read, "read"
+        requests, kind, source = calls, "read", "read calls"
     per_file = _optional(profile, "reads.samples_per_file_opened")
     busy = _optional(profile, "totals.batch_busy_s.mean")
     per_read = _optional(profile, "read_wait.per_read_s") or {}
@@ -138,7 +160,9 @@ def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = No
     loader_cpu = float(busy) / batch if busy is not None else 0.0
     return LoaderProfile(
         benchmark=str(_field(profile, "benchmark", where)), sources=(where,), batch=batch,
-        bytes_per_sample=bytes_per_sample, requests_per_sample=requests, request_kind=kind,
+        bytes_per_sample=bytes_per_sample, requests_per_sample=requests, request_kind=kind, request_source=source,
+        storage_bytes_per_sample=moved, access=access, read_calls_per_sample=calls,
+        device_requests_per_sample=device[0] if device else None, device_bytes_per_sample=device[1] if device else None,
         files_per_sample=1.0 / per_file if per_file else None, workers=workers, prefetch=prefetch,
         loader_cpu_s_per_sample=loader_cpu,
         other_cpu_s_per_sample=_other_cpu(emulation, emulation_where, measured_cores, loader_cpu),
@@ -207,10 +231,12 @@ def combined(profiles: Sequence[LoaderProfile]) -> LoaderProfile:
     steps), the loader's setup and phases from the first (they must agree on the benchmark and the loader)."""
     first = profiles[0]
     for other in profiles[1:]:
-        if other.benchmark != first.benchmark or (other.workers, other.prefetch) != (first.workers, first.prefetch):
+        if other.benchmark != first.benchmark or (other.workers, other.prefetch, other.request_source) != \
+                (first.workers, first.prefetch, first.request_source):
             raise DataError(f"{other.sources[0]}: benchmark {other.benchmark} with {other.workers} x {other.prefetch} "
-                            f"workers x prefetch; {first.sources[0]} has {first.benchmark} with {first.workers} x "
-                            f"{first.prefetch}: give runs of one workload and loader")
+                            f"workers x prefetch and {other.request_source}; {first.sources[0]} has {first.benchmark} "
+                            f"with {first.workers} x {first.prefetch} and {first.request_source}: give runs of one "
+                            "workload and loader")
     if len(profiles) == 1:
         return first
     weights = [p.batch * p.steps for p in profiles]
@@ -218,6 +244,7 @@ def combined(profiles: Sequence[LoaderProfile]) -> LoaderProfile:
     def mean(name: str) -> float:
         return sum(getattr(p, name) * w for p, w in zip(profiles, weights)) / sum(weights)
 
-    figures = ("bytes_per_sample", "requests_per_sample", "loader_cpu_s_per_sample", "other_cpu_s_per_sample")
+    figures = ("bytes_per_sample", "requests_per_sample", "storage_bytes_per_sample", "read_calls_per_sample",
+               "loader_cpu_s_per_sample", "other_cpu_s_per_sample")
     return dataclasses.replace(first, sources=tuple(s for p in profiles for s in p.sources),
                                **{name: mean(name) for name in figures})

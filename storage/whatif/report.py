@@ -31,7 +31,8 @@ def figures(answer: Answer, cluster: Cluster, profile: LoaderProfile) -> Figures
                    client_cpu_saturated=None if o.cpu_busy is None else o.cpu_busy >= SATURATED,
                    object_requests_per_s=o.requests_per_s if objects else None,
                    object_requests_per_sample=profile.requests_per_sample if objects else None,
-                   object_bytes_per_request=profile.bytes_per_sample / profile.requests_per_sample if objects else None,
+                   object_bytes_per_request=profile.storage_bytes_per_sample / profile.requests_per_sample if objects
+                   else None,
                    object_latency_ms=o.latency_p50_ms if objects else None,
                    read_wait_p50_ms=o.latency_p50_ms, read_wait_p99_ms=o.latency_p99_ms)
 
@@ -66,7 +67,7 @@ def cache_warning(profile: LoaderProfile, cluster: Cluster, accelerators: int) -
 
 
 def document(answers: Sequence[Answer], cluster: Cluster, profile: LoaderProfile, *, steps: int, seed: int,
-             pieces: int) -> tuple[dict[str, Any], list[Point]]:
+             pieces: int, step_barrier: bool = True) -> tuple[dict[str, Any], list[Point]]:
     found = points(answers, cluster, profile)
     largest = max(a.outcome.accelerators for a in answers)
     settings = {"benchmark": profile.benchmark, "accelerator": cluster.accelerator.name, "steps": steps,
@@ -76,7 +77,7 @@ def document(answers: Sequence[Answer], cluster: Cluster, profile: LoaderProfile
                            "hosts": {k: _finite(v) for k, v in dataclasses.asdict(cluster.hosts).items()},
                            "storage": {k: _finite(v) if not isinstance(v, str) else v
                                        for k, v in dataclasses.asdict(cluster.storage).items()},
-                           "seed": seed, "pieces": pieces,
+                           "seed": seed, "pieces": pieces, "step_barrier": step_barrier,
                            "cache_warning": cache_warning(profile, cluster, largest)}}
     return sweep_document(settings=settings, points=found, failure=None), found
 
@@ -114,9 +115,12 @@ def markdown(doc: dict[str, Any], found: Sequence[Point], answers: Sequence[Answ
                  f"{doc['steps']} steps per count; {acc.name}: {acc.seconds_per_step:g} s per step of {acc.batch} "
                  f"({acc.source}).", "",
              f"- loader (from {', '.join(profile.sources)}): {profile.bytes_per_sample:,.0f} B and "
-             f"{profile.requests_per_sample:,.2f} {profile.request_kind} requests per sample, {profile.workers} workers "
+             f"{profile.requests_per_sample:,.2f} requests per sample ({profile.request_source}, "
+             f"{profile.storage_bytes_per_sample:,.0f} B moved), {profile.workers} workers "
              f"x {profile.prefetch} prefetch, {profile.loader_cpu_s_per_sample * 1e3:,.3f} loader CPU-ms and "
-             f"{profile.other_cpu_s_per_sample * 1e3:,.3f} other CPU-ms per sample",
+             f"{profile.other_cpu_s_per_sample * 1e3:,.3f} other CPU-ms per sample; "
+             + ("every rank ends a step together (the per-step all-reduce)" if doc["whatif"]["step_barrier"]
+                else "the ranks run on their own (--independent-ranks)"),
              f"- client hosts: {hosts.accelerators_per_host} accelerators, {_n(_finite(hosts.cores), 'g')} cores, "
              f"{_n(hosts.memory_gb, 'g')} GiB, NIC {_n(_finite(hosts.nic_gbps), 'g')} Gb/s each (n/a: unlimited)",
              f"- {cluster.storage.describe()}", "", markdown_table(found), "",
@@ -133,8 +137,8 @@ def markdown(doc: dict[str, Any], found: Sequence[Point], answers: Sequence[Answ
 
 
 def write(out: Path, answers: Sequence[Answer], cluster: Cluster, profile: LoaderProfile, *, steps: int, seed: int,
-          pieces: int, with_plot: bool = True) -> dict[str, Any]:
-    doc, found = document(answers, cluster, profile, steps=steps, seed=seed, pieces=pieces)
+          pieces: int, step_barrier: bool = True, with_plot: bool = True) -> dict[str, Any]:
+    doc, found = document(answers, cluster, profile, steps=steps, seed=seed, pieces=pieces, step_barrier=step_barrier)
     out.mkdir(parents=True, exist_ok=True)
     (out / SWEEP_FILE).write_text(json.dumps(doc, indent=2) + "\n")
     (out / TABLE_FILE).write_text(markdown(doc, found, answers, cluster, profile))

@@ -11,19 +11,22 @@ from storage.whatif.model import Outcome, RankLoad, simulate
 from storage.whatif.profile import LoaderProfile
 
 
-def rank_load(profile: LoaderProfile, cluster: Cluster, accelerators: int, *, pieces: int = 2) -> RankLoad:
+def rank_load(profile: LoaderProfile, cluster: Cluster, accelerators: int, *, pieces: int = 2,
+              step_barrier: bool = True) -> RankLoad:
     """One rank's step at the accelerator's batch: every per-sample figure of the profile times that batch;
     the per-window scan as one rank measured it; a checkpoint save shared by the ranks."""
     batch = cluster.accelerator.batch
     return RankLoad(batch=batch, seconds_per_step=cluster.accelerator.seconds_per_step,
-                    bytes_per_batch=profile.bytes_per_sample * batch,
+                    bytes_per_batch=profile.storage_bytes_per_sample * batch,
+                    asked_bytes_per_batch=profile.bytes_per_sample * batch,
                     requests_per_batch=profile.requests_per_sample * batch,
                     loader_cpu_s_per_batch=profile.loader_cpu_s_per_sample * batch,
                     other_cpu_s_per_batch=profile.other_cpu_s_per_sample * batch,
                     workers=profile.workers, in_flight=profile.in_flight_batches,
                     window_batches=profile.window_batches, window_bytes=profile.window_bytes_per_rank,
                     checkpoint_every_steps=profile.checkpoint_every_steps,
-                    checkpoint_bytes=profile.checkpoint_save_bytes / accelerators, pieces=pieces)
+                    checkpoint_bytes=profile.checkpoint_save_bytes / accelerators, pieces=pieces,
+                    step_barrier=step_barrier)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +45,14 @@ def counts(max_accelerators: int) -> list[int]:
 
 
 def what_if(profile: LoaderProfile, cluster: Cluster, accelerator_counts: Sequence[int], *, steps: int, seed: int = 0,
-            pieces: int = 2, progress: Callable[[Answer], None] | None = None) -> list[Answer]:
+            pieces: int = 2, step_barrier: bool = True,
+            progress: Callable[[Answer], None] | None = None) -> list[Answer]:
     answers = []
     per_sample_cpu = profile.loader_cpu_s_per_sample + profile.other_cpu_s_per_sample
     for n in accelerator_counts:
         began = time.perf_counter()
-        outcome = simulate(rank_load(profile, cluster, n, pieces=pieces), cluster, n, steps=steps, seed=seed)
+        load = rank_load(profile, cluster, n, pieces=pieces, step_barrier=step_barrier)
+        outcome = simulate(load, cluster, n, steps=steps, seed=seed)
         answer = Answer(outcome=outcome, passed=outcome.au_mean >= cluster.accelerator.au_threshold,
                         cores_per_accelerator=per_sample_cpu * outcome.samples_per_s / n,
                         seconds=time.perf_counter() - began)

@@ -88,3 +88,13 @@ def test_the_command_exits_3_on_a_broken_profile_and_2_on_a_bad_flag(tmp_path):
     (broken / "load_profile.json").write_text(json.dumps(known_profile(1)))
     bad = subprocess.run(command + ["--iops", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "iops must be > 0" in bad.stderr, bad.stderr
+
+
+def test_independent_ranks_and_device_requests_are_recorded(run_dir, tmp_path):
+    out = tmp_path / "out"
+    assert main([str(run_dir), "--accelerator", "b200", "--counts", "2", "--independent-ranks", "--requests-from",
+                 "device", "--out", str(out), "--no-plot"]) == 0
+    document = json.loads((out / "sweep.json").read_text())
+    assert document["whatif"]["step_barrier"] is False
+    assert document["whatif"]["profile"]["request_source"] == "device requests"
+    assert "the ranks run on their own" in (out / "sweep.md").read_text()

@@ -86,3 +86,22 @@ def dataclasses_replace(profile, **changes):
     import dataclasses
 
     return dataclasses.replace(profile, **changes)
+
+
+def test_device_requests_stand_for_an_mmap_loaders_copies():
+    from tests.storage.load_profile.profiles import DEVICE_BYTES, DEVICE_READS
+
+    profile = known_profile(1)  # 40 samples; the device under the data served 40 reads of 1 MiB in all
+    samples = BATCH * STEPS
+    assert extract(profile).request_source == "read calls"  # a loader that reads: its calls
+    device = extract(profile, requests_from="device")
+    assert device.request_source == "device requests"
+    assert device.requests_per_sample == pytest.approx(DEVICE_READS / samples)
+    assert device.storage_bytes_per_sample == pytest.approx(DEVICE_BYTES / samples)
+    assert device.bytes_per_sample == pytest.approx(RECORD + 150)  # what was asked stays the loader's
+    profile["dataset"]["access"] = "mmap"
+    assert extract(profile).request_source == "device requests"  # auto: an mmap loader's page faults
+    del profile["block_device"]
+    assert extract(profile).request_source == "read calls"  # auto without the device's counts
+    with pytest.raises(DataError, match="no field 'block_device.reads'"):
+        extract(profile, requests_from="device")
