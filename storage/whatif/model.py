@@ -58,6 +58,7 @@ class RankLoad:
     pieces: int = 2  # how many parts a worker reads its batch in (each: its requests' latency, then its bytes)
     step_barrier: bool = True  # every rank ends a step together (the per-step all-reduce)
     asked_bytes_per_batch: float | None = None  # what the loader asked for, where not what the storage moves
+    compute_stdev_s: float = 0.0  # each step's compute drawn from a normal of this spread, clipped at 0 (as emulated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,9 +213,12 @@ class _Rank:
                 self.waits.append(self.env.now - asked)
             if load.other_cpu_s_per_batch > 0:
                 self.env.process(self.beside())
-            yield self.env.timeout(load.seconds_per_step)
+            compute = load.seconds_per_step
+            if load.compute_stdev_s:
+                compute = max(0.0, compute + load.compute_stdev_s * float(self.storage.rng.standard_normal()))
+            yield self.env.timeout(compute)
             if k:
-                self.busy_s += load.seconds_per_step
+                self.busy_s += compute
             if self.barrier is not None:
                 yield self.barrier.wait(k)
             if load.checkpoint_every_steps and load.checkpoint_bytes and (k + 1) % load.checkpoint_every_steps == 0:

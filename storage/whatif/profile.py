@@ -32,6 +32,7 @@ class Measured:
     au_mean: float
     samples_per_s: float
     seconds_per_step: float | None
+    stdev_s: float  # the spread of its compute time per step (emulation.json compute.stdev_s; 0: none)
     batch: int
     steps: int
 
@@ -67,6 +68,12 @@ class LoaderProfile:
     checkpoint_every_steps: int | None
     checkpoint_save_bytes: float  # one save, all ranks (the reference checkpoint), 0 without checkpoints
     measured: Measured | None
+
+    @property
+    def compute_spread(self) -> float:
+        """The measured run's compute-time spread relative to its step (0 without one)."""
+        m = self.measured
+        return m.stdev_s / m.seconds_per_step if m is not None and m.seconds_per_step else 0.0
 
     @property
     def in_flight_batches(self) -> int:
@@ -184,7 +191,8 @@ def _measured(emulation: Mapping[str, Any] | None, where: str, batch: int, steps
     return Measured(accelerator=emulation.get("accelerator"),
                     accelerators=int(_number(emulation, "accelerators", where, positive=True)),
                     au_mean=_number(emulation, "au.mean", where), samples_per_s=_number(emulation, "samples_per_s", where),
-                    seconds_per_step=_optional(emulation, "compute.seconds_per_step"), batch=batch,
+                    seconds_per_step=_optional(emulation, "compute.seconds_per_step"),
+                    stdev_s=float(_optional(emulation, "compute.stdev_s") or 0.0), batch=batch,
                     steps=int(emulation.get("steps") or steps))
 
 

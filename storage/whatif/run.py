@@ -14,7 +14,8 @@ from storage.whatif.profile import LoaderProfile
 def rank_load(profile: LoaderProfile, cluster: Cluster, accelerators: int, *, pieces: int = 2,
               step_barrier: bool = True) -> RankLoad:
     """One rank's step at the accelerator's batch: every per-sample figure of the profile times that batch;
-    the per-window scan as one rank measured it; a checkpoint save shared by the ranks."""
+    the per-window scan as one rank measured it; a checkpoint save shared by the ranks; the measured run's
+    compute spread relative to its step."""
     batch = cluster.accelerator.batch
     return RankLoad(batch=batch, seconds_per_step=cluster.accelerator.seconds_per_step,
                     bytes_per_batch=profile.storage_bytes_per_sample * batch,
@@ -26,7 +27,8 @@ def rank_load(profile: LoaderProfile, cluster: Cluster, accelerators: int, *, pi
                     window_batches=profile.window_batches, window_bytes=profile.window_bytes_per_rank,
                     checkpoint_every_steps=profile.checkpoint_every_steps,
                     checkpoint_bytes=profile.checkpoint_save_bytes / accelerators, pieces=pieces,
-                    step_barrier=step_barrier)
+                    step_barrier=step_barrier,
+                    compute_stdev_s=profile.compute_spread * cluster.accelerator.seconds_per_step)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,3 +128,13 @@ def test_a_thousand_ranks_take_seconds_not_minutes():
     outcome = simulate(LOAD, _cluster(bandwidth_mb_s=50_000, latency_ms=1), 1024, steps=24)
     assert time.perf_counter() - began < 5
     assert outcome.hosts == 128 and outcome.au_mean < 0.6  # 1,024 need 102,400 MB/s
+
+
+def test_a_compute_spread_costs_au_only_through_the_step_barrier():
+    # unlimited storage: a rank never waits for data, but with the all-reduce each step lasts as long as the
+    # slowest rank's compute, and AU counts only a rank's own
+    spread = dataclasses.replace(LOAD, compute_stdev_s=0.02)
+    together, alone = simulate(spread, _cluster(), 16, steps=STEPS), \
+        simulate(dataclasses.replace(spread, step_barrier=False), _cluster(), 16, steps=STEPS)
+    assert alone.au_mean > 0.99
+    assert together.au_mean == pytest.approx(0.1 / (0.1 + 1.77 * 0.02), abs=0.04)  # E[max of 16 normals]: 1.77 sd

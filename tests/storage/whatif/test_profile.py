@@ -105,3 +105,11 @@ def test_device_requests_stand_for_an_mmap_loaders_copies():
     assert extract(profile).request_source == "read calls"  # auto without the device's counts
     with pytest.raises(DataError, match="no field 'block_device.reads'"):
         extract(profile, requests_from="device")
+
+
+def test_the_compute_spread_is_relative_to_the_measured_step():
+    profile = known_profile(1)
+    emulation = _emulation(profile, cpu_busy=0.5, samples_per_s=100.0)
+    emulation["compute"]["stdev_s"] = 0.004755
+    assert extract(profile, emulation).compute_spread == pytest.approx(0.1)
+    assert extract(profile).compute_spread == 0.0
