@@ -7,6 +7,7 @@ run's file cannot be read or lacks a field (one line naming the file and field).
 Example:
     python -m storage.whatif runs/retinanet/emulated --accelerator b200 --cores 192 --bandwidth-mb-s 5000 --latency-ms 1
     python -m storage.whatif runs/flux/emulated --cluster cluster.json --counts 8,64,512,1024 --out whatif_flux
+    python -m storage.whatif runs/flux/emulated --accelerator measured --latency-ms 30 --max-accelerators 4
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="measured runs: run directories (load_profile.json, emulation.json) or load_profile.json files")
     parser.add_argument("--cluster", type=Path, default=None, help="a cluster description (JSON; docs/whatif.md)")
     parser.add_argument("--accelerator", default=None,
-                        help="the accelerator's compute-time row (default: the cluster file's, else the run's)")
+                        help="the accelerator's compute-time row (default: the cluster file's, else the run's); "
+                             "'measured': the first run's own compute time, batch and AU bar (emulation.json)")
     parser.add_argument("--compute-times", choices=("storage", "training"), default=None,
                         help="which compute-time table (default storage: the benchmark's compute_times.csv)")
     hosts = parser.add_argument_group("client hosts (a flag wins over --cluster)")
@@ -47,9 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--steps", type=int, default=None, help="steps per count (default: the measured run's)")
     model.add_argument("--seed", type=int, default=0, help="the latency jitter's seed (default 0)")
     model.add_argument("--pieces", type=int, default=2, help="parts a worker reads its batch in (default 2)")
-    model.add_argument("--requests-from", choices=("auto", "calls", "device"), default="auto",
+    model.add_argument("--requests-from", choices=("auto", "calls", "device", "wait"), default="auto",
                        help="requests per sample: the loader's read calls, the block device's reads (what readahead and "
-                            "page faults made of them), or auto: the device's for an mmap loader (default)")
+                            "page faults made of them), the round trips it waited for (its read wait over the run's "
+                            "added latency), or auto: the device's for an mmap loader (default)")
     model.add_argument("--independent-ranks", action="store_true",
                        help="no per-step all-reduce: each rank runs on its own (as DLIO's ranks do within an epoch)")
     model.add_argument("--measured-cores", type=int, default=None,
@@ -102,8 +105,11 @@ def resolve(args: argparse.Namespace):
     name = args.accelerator or described.get("accelerator") or (profile.measured.accelerator if profile.measured else None)
     if not name:
         raise ConfigError("--accelerator: none given, in --cluster, or in the runs' emulation.json")
-    accelerator = clusters.accelerator_of(profile.benchmark, name,
-                                          args.compute_times or described.get("compute_times") or "storage")
+    if name == clusters.MEASURED:
+        accelerator = clusters.measured_accelerator(profile.measured, profile.sources[0])
+    else:
+        accelerator = clusters.accelerator_of(profile.benchmark, name,
+                                              args.compute_times or described.get("compute_times") or "storage")
     hosts_args = {"cores": "cores", "memory_gb": "memory_gb", "nic_gbps": "nic_gbps",
                   "accelerators_per_host": "accelerators_per_host"}
     hosts = clusters.hosts_of(_overrides(args, tuple(hosts_args), described.get("hosts") or {}))

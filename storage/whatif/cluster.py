@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 from storage.whatif.errors import ConfigError
 
+MEASURED = "measured"  # --accelerator measured: the measured run's own compute time, batch and bar
+
 STORAGE_KINDS = ("file", "object")
 HOST_KEYS = ("accelerators_per_host", "cores", "memory_gb", "nic_gbps")
 STORAGE_KEYS = ("kind", "bandwidth_mb_s", "iops", "latency_ms", "jitter_ms", "max_concurrent")
@@ -141,3 +143,15 @@ def accelerator_of(benchmark: str, name: str, source: str = "storage") -> Accele
         raise ConfigError(f"--accelerator {name}: {error}") from None
     return Accelerator(name=row.accelerator, seconds_per_step=row.seconds_per_step, batch=row.batch_per_accelerator,
                        au_threshold=row.au_threshold, source=row.source)
+
+
+def measured_accelerator(measured, where: str) -> Accelerator:
+    """The compute time, batch and AU bar the measured run itself emulated (emulation.json), to model the same
+    point as it ran, whatever its row or binding was."""
+    if measured is None or not measured.seconds_per_step or measured.au_threshold is None:
+        raise ConfigError(f"--accelerator {MEASURED}: {where} has no emulation.json with compute.seconds_per_step "
+                          "and au_threshold")
+    return Accelerator(name=f"{measured.accelerator or 'accelerator'} (as measured)",
+                       seconds_per_step=float(measured.seconds_per_step),
+                       batch=int(measured.batch_per_accelerator or measured.batch),
+                       au_threshold=float(measured.au_threshold), source=f"{where}: emulation.json compute")

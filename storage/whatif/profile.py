@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from storage.whatif.errors import DataError
 
 PROFILE_FILE, EMULATION_FILE = "load_profile.json", "emulation.json"
-REQUEST_SOURCES = ("auto", "calls", "device")
+REQUEST_SOURCES = ("auto", "calls", "device", "wait")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,8 @@ class Measured:
     samples_per_s: float
     seconds_per_step: float | None
     stdev_s: float  # the spread of its compute time per step (emulation.json compute.stdev_s; 0: none)
+    batch_per_accelerator: int | None  # the batch that compute time belongs to (compute.batch_per_accelerator)
+    au_threshold: float | None
     batch: int
     steps: int
 
@@ -136,8 +138,9 @@ def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = No
             emulation_where: str = EMULATION_FILE, measured_cores: int | None = None,
             requests_from: str = "auto") -> LoaderProfile:
     """The loader of one run. `requests_from`: "calls" (the loader's read calls), "device" (the block device's
-    reads and bytes: what a readahead or an mmap's page faults made of them), "auto" (the device's for an mmap
-    loader where the profile has them, else the calls); an object store's are always its GETs."""
+    reads and bytes: what a readahead or an mmap's page faults made of them), "wait" (the round trips the loader
+    blocked on: its read wait per sample over the latency the run's relays added), "auto" (the device's for an
+    mmap loader where the profile has them, else the calls); an object store's are always its GETs."""
     batch = int(_number(profile, "batch_size", where, positive=True))
     bytes_per_sample = _number(profile, "totals.bytes_per_sample", where, positive=True)
     logical = _number(profile, "reads.logical_bytes", where, positive=True)
@@ -152,6 +155,9 @@ def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = No
     moved = bytes_per_sample
     if objects:
         requests, kind, source = _number(profile, "object_requests.requests_per_sample", where, positive=True), "GET", "GETs"
+    elif requests_from == "wait":
+        requests, kind, source = _waited_round_trips(profile, emulation, where, emulation_where, calls), "read", \
+            "round trips waited"
     elif requests_from == "device" or (requests_from == "auto" and device and str(access).startswith("mmap")):
         if device is None:
             raise DataError(f"{where}: no field 'block_device.reads' (device requests asked for)")
@@ -185,6 +191,24 @@ def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = No
         measured=measured)
 
 
+def _waited_round_trips(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None, where: str,
+                        emulation_where: str, calls: float) -> float:
+    """Round trips per sample the loader waited for: its blocked time per sample (read_wait.per_sample_s, or per
+    read call x calls) over the round trip the run's latency relays added (emulation.json storage_latency). An
+    upper bound where the storage's own service time is not small beside the added latency."""
+    latency_ms = _optional(emulation, "storage_latency.latency_ms") if emulation else None
+    if not latency_ms:
+        raise DataError(f"{emulation_where}: no field 'storage_latency.latency_ms' above 0 (round trips from the read "
+                        "wait need a run with added latency)")
+    per_sample = _optional(profile, "read_wait.per_sample_s.mean")
+    if per_sample is None:
+        per_read = _optional(profile, "read_wait.per_read_s.mean")
+        if per_read is None:
+            raise DataError(f"{where}: no field 'read_wait.per_sample_s' or 'read_wait.per_read_s'")
+        per_sample = per_read * calls
+    return float(per_sample) / (float(latency_ms) / 1e3)
+
+
 def _measured(emulation: Mapping[str, Any] | None, where: str, batch: int, steps: int) -> Measured | None:
     if emulation is None:
         return None
@@ -192,7 +216,9 @@ def _measured(emulation: Mapping[str, Any] | None, where: str, batch: int, steps
                     accelerators=int(_number(emulation, "accelerators", where, positive=True)),
                     au_mean=_number(emulation, "au.mean", where), samples_per_s=_number(emulation, "samples_per_s", where),
                     seconds_per_step=_optional(emulation, "compute.seconds_per_step"),
-                    stdev_s=float(_optional(emulation, "compute.stdev_s") or 0.0), batch=batch,
+                    stdev_s=float(_optional(emulation, "compute.stdev_s") or 0.0),
+                    batch_per_accelerator=_optional(emulation, "compute.batch_per_accelerator"),
+                    au_threshold=_optional(emulation, "au_threshold"), batch=batch,
                     steps=int(emulation.get("steps") or steps))
 
 

@@ -98,3 +98,17 @@ def test_independent_ranks_and_device_requests_are_recorded(run_dir, tmp_path):
     assert document["whatif"]["step_barrier"] is False
     assert document["whatif"]["profile"]["request_source"] == "device requests"
     assert "the ranks run on their own" in (out / "sweep.md").read_text()
+
+
+def test_the_measured_accelerator_models_the_point_as_it_ran(tmp_path, capsys):
+    recorded = Path(__file__).with_name("recorded") / "flux_sshfs_30ms_1host"
+    out = tmp_path / "out"
+    assert main([str(recorded), "--accelerator", "measured", "--latency-ms", "30", "--requests-from", "wait",
+                 "--counts", "1", "--out", str(out), "--no-plot"]) == 0
+    point = json.loads((out / "sweep.json").read_text())["points"][0]
+    assert point["au_threshold"] == 0.85
+    # fitted to this very point (not a validation): within a few points of the 94.4% it measured
+    assert point["au_mean"] == pytest.approx(0.944, abs=0.04)
+    assert main([str(tmp_path / "out" / "sweep.json"), "--accelerator", "measured"]) == 3  # not a load profile
+    assert main([str(Path(__file__).parents[3] / "tests/storage/whatif/recorded/README.md"), "--accelerator",
+                 "measured"]) == 3

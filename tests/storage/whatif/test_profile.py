@@ -113,3 +113,29 @@ def test_the_compute_spread_is_relative_to_the_measured_step():
     emulation["compute"]["stdev_s"] = 0.004755
     assert extract(profile, emulation).compute_spread == pytest.approx(0.1)
     assert extract(profile).compute_spread == 0.0
+
+
+RECORDED = __import__("pathlib").Path(__file__).with_name("recorded") / "flux_sshfs_30ms_1host"
+
+
+def test_a_recorded_runs_files_give_the_loader_and_the_measured_point():
+    found = read_run(RECORDED, measured_cores=2)
+    assert found.benchmark == "flux" and found.access == "mmap" and (found.workers, found.batch) == (0, 16)
+    assert found.in_flight_batches == 1  # the training thread reads its own batches
+    assert found.read_calls_per_sample == pytest.approx(4.0)  # four cells a sample
+    assert found.request_source == "read calls"  # an mmap loader, but no block device under sshfs
+    m = found.measured
+    assert (m.accelerators, m.seconds_per_step, m.batch_per_accelerator, m.au_threshold) == (1, 0.4, 16, 0.85)
+    assert m.au_mean == pytest.approx(0.944, abs=5e-4)
+    # /proc/stat's 3.2% of 2 vCPUs over 37.8 samples/s: the training thread's batch building, and the rest
+    assert found.loader_cpu_s_per_sample > 0
+    assert found.loader_cpu_s_per_sample + found.other_cpu_s_per_sample == pytest.approx(0.0322 * 2 / 37.76, rel=0.01)
+
+
+def test_round_trips_waited_are_the_read_wait_over_the_added_latency():
+    waited = read_run(RECORDED, requests_from="wait")
+    assert waited.request_source == "round trips waited"
+    # 1.96 ms blocked a sample at 30 ms a round trip: one round trip every 15 samples, not 4 a sample
+    assert waited.requests_per_sample == pytest.approx(0.00196 / 0.030, rel=0.01)
+    with pytest.raises(DataError, match="no field 'storage_latency.latency_ms' above 0"):
+        extract(known_profile(1), requests_from="wait")
