@@ -211,7 +211,7 @@ class _Rank:
             self.taken[k].succeed()
             if k:
                 self.waits.append(self.env.now - asked)
-            if load.other_cpu_s_per_batch > 0:
+            if load.other_cpu_s_per_batch > 0 and self.cores.resource is not None:  # unlimited cores: nothing to share
                 self.env.process(self.beside())
             compute = load.seconds_per_step
             if load.compute_stdev_s:

@@ -112,3 +112,17 @@ def test_the_measured_accelerator_models_the_point_as_it_ran(tmp_path, capsys):
     assert main([str(tmp_path / "out" / "sweep.json"), "--accelerator", "measured"]) == 3  # not a load profile
     assert main([str(Path(__file__).parents[3] / "tests/storage/whatif/recorded/README.md"), "--accelerator",
                  "measured"]) == 3
+
+
+def test_an_object_store_fills_the_sweeps_get_columns_and_a_small_dataset_is_flagged(run_dir, tmp_path):
+    out = tmp_path / "out"
+    # the fixture's dataset is 3.15 MB: under 5x any client memory
+    assert main([str(run_dir), "--accelerator", "b200", "--storage-kind", "object", "--latency-ms", "2",
+                 "--memory-gb", "1", "--counts", "1", "--out", str(out), "--no-plot"]) == 0
+    document = json.loads((out / "sweep.json").read_text())
+    point = document["points"][0]
+    assert point["object_requests_per_s"] > 0 and point["read_iops"] is None
+    assert point["object_latency_ms"] == pytest.approx(2.0, rel=0.01)
+    assert "under 5x the client memory" in document["whatif"]["cache_warning"]
+    table = (out / "sweep.md").read_text()
+    assert "GET/s" in table and "under 5x the client memory" in table

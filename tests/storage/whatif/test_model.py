@@ -138,3 +138,12 @@ def test_a_compute_spread_costs_au_only_through_the_step_barrier():
         simulate(dataclasses.replace(spread, step_barrier=False), _cluster(), 16, steps=STEPS)
     assert alone.au_mean > 0.99
     assert together.au_mean == pytest.approx(0.1 / (0.1 + 1.77 * 0.02), abs=0.04)  # E[max of 16 normals]: 1.77 sd
+
+
+def test_the_storages_iops_and_each_hosts_nic_bind_as_bandwidth_does():
+    # an accelerator asks 100 requests and 100 MB a second
+    assert knee(_sweep(LOAD, _cluster(iops=400), counts=(1, 2, 4, 8))) == 4
+    nic = Cluster(ACCELERATOR, Hosts(accelerators_per_host=8, nic_gbps=3.2), Storage())  # 400 MB/s a host
+    assert simulate(LOAD, nic, 4, steps=STEPS).au_mean > 0.97
+    both = simulate(LOAD, nic, 16, steps=STEPS)  # two hosts of 8, each NIC half of what its 8 ask
+    assert both.hosts == 2 and both.au_mean == pytest.approx(0.5, abs=0.06)

@@ -139,3 +139,10 @@ def test_round_trips_waited_are_the_read_wait_over_the_added_latency():
     assert waited.requests_per_sample == pytest.approx(0.00196 / 0.030, rel=0.01)
     with pytest.raises(DataError, match="no field 'storage_latency.latency_ms' above 0"):
         extract(known_profile(1), requests_from="wait")
+
+
+def test_an_object_stores_requests_are_its_gets():
+    profile = known_profile(1)
+    profile["object_requests"] = {"requests_per_sample": 2.5, "bytes_per_request": 1260.0}
+    found = extract(profile, requests_from="calls")  # an object store's requests are its GETs whatever is asked
+    assert (found.request_kind, found.request_source, found.requests_per_sample) == ("GET", "GETs", 2.5)
