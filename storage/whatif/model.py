@@ -17,7 +17,8 @@ Per rank, as an emulated run does it:
   competing with the loaders but not waiting in the step.
 
 The storage: a request holds one of `max_concurrent` slots from its start to its last byte; each of a
-piece's requests waits its latency (mean and jitter, drawn per piece, seeded), then the piece's bytes
+piece's requests (a whole number: a fractional mean is drawn around, seeded) waits its latency (mean and
+jitter, drawn per piece, seeded), then the piece's bytes
 flow through one first-come-first-served pipe at the storage's bandwidth, no faster than its IOPS allow
 for the piece's requests, then through its host's NIC. AU is DLIO's and the emulation's: a rank's compute
 after its first step over the wall from the end of its first step to the end of its last.
@@ -101,7 +102,10 @@ class _Storage:
         self.per_request_s: list[float] = []
 
     def transfer(self, host: int, nbytes: float, requests: float, *, write: bool = False) -> Iterator[simpy.Event]:
-        """`requests` in series (one outstanding at a time), then their bytes through the pipe and the NIC."""
+        """`requests` in series (one outstanding at a time), then their bytes through the pipe and the NIC. A
+        fractional count (0.5 round trips a piece) is a whole number drawn around it, as requests come whole."""
+        whole = math.floor(requests)
+        requests = float(whole + (self.rng.random() < requests - whole))
         start = self.env.now
         slot = self.slots.request() if self.slots is not None else None
         if slot is not None:
