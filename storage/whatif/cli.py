@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--measured-cores", type=int, default=None,
                        help="the cores of the host the runs were measured on: with emulation.json's CPU use, the "
                             "CPU-seconds per sample beside the loader's (default: the loader's alone)")
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="a measured sweep.json: its AU beside the model's at each count it has, and both knees")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/whatif/<benchmark>_<accelerator>_<time>)")
     parser.add_argument("--no-plot", action="store_true", help="sweep.json and sweep.md only")
     return parser
@@ -126,12 +128,13 @@ def resolve(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from storage.whatif import report
+    from storage.whatif import compare, report
     from storage.whatif.errors import WhatIfError
     from storage.whatif.run import knee, what_if
 
     try:
         profile, cluster, counts, steps = resolve(args)
+        measured = None if args.compare is None else (compare.read_sweep(args.compare), str(args.compare))
     except WhatIfError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.status
@@ -153,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                       progress=progress)
     try:
         document = report.write(out, answers, cluster, profile, steps=steps, seed=args.seed, pieces=args.pieces,
-                                step_barrier=barrier, with_plot=not args.no_plot)
+                                step_barrier=barrier, with_plot=not args.no_plot, measured=measured)
     except OSError as error:
         print(f"error: --out {out}: cannot be written ({error.strerror or error})", file=sys.stderr)
         return 2
+    if document["comparison"] is not None:
+        print(compare.markdown(document["comparison"]), flush=True)
     print(f"[whatif] {profile.benchmark} on {cluster.accelerator.name}: "
           f"{report.headline_text(document['headline'], document['au_threshold'])}; knee {knee(answers)} -> {out}",
           flush=True)

@@ -137,11 +137,19 @@ def markdown(doc: dict[str, Any], found: Sequence[Point], answers: Sequence[Answ
 
 
 def write(out: Path, answers: Sequence[Answer], cluster: Cluster, profile: LoaderProfile, *, steps: int, seed: int,
-          pieces: int, step_barrier: bool = True, with_plot: bool = True) -> dict[str, Any]:
+          pieces: int, step_barrier: bool = True, with_plot: bool = True,
+          measured: tuple[dict[str, Any], str] | None = None) -> dict[str, Any]:
+    """The files; `measured`: a measured sweep.json and its path, set beside (sweep.json `comparison`)."""
+    from storage.whatif import compare
+
     doc, found = document(answers, cluster, profile, steps=steps, seed=seed, pieces=pieces, step_barrier=step_barrier)
+    doc["comparison"] = None if measured is None else compare.comparison(doc, *measured)
+    text = markdown(doc, found, answers, cluster, profile)
+    if doc["comparison"] is not None:
+        text += "\n" + compare.markdown(doc["comparison"])
     out.mkdir(parents=True, exist_ok=True)
     (out / SWEEP_FILE).write_text(json.dumps(doc, indent=2) + "\n")
-    (out / TABLE_FILE).write_text(markdown(doc, found, answers, cluster, profile))
+    (out / TABLE_FILE).write_text(text)
     if with_plot:
         plot(found, out / PLOT_FILE, title=f"what-if: {doc['benchmark']} on {cluster.accelerator.name}")
     return doc

@@ -101,7 +101,7 @@ def test_independent_ranks_and_device_requests_are_recorded(run_dir, tmp_path):
 
 
 def test_the_measured_accelerator_models_the_point_as_it_ran(tmp_path, capsys):
-    recorded = Path(__file__).with_name("recorded") / "flux_sshfs_30ms_1host"
+    recorded = Path(__file__).with_name("recorded") / "flux_sshfs_30ms"
     out = tmp_path / "out"
     assert main([str(recorded), "--accelerator", "measured", "--latency-ms", "30", "--requests-from", "wait",
                  "--counts", "1", "--out", str(out), "--no-plot"]) == 0
@@ -126,3 +126,21 @@ def test_an_object_store_fills_the_sweeps_get_columns_and_a_small_dataset_is_fla
     assert "under 5x the client memory" in document["whatif"]["cache_warning"]
     table = (out / "sweep.md").read_text()
     assert "GET/s" in table and "under 5x the client memory" in table
+
+
+def test_compare_sets_the_model_beside_a_measured_sweep(tmp_path):
+    recorded = Path(__file__).with_name("recorded") / "flux_sshfs_30ms"
+    out = tmp_path / "out"
+    assert main([str(recorded), "--accelerator", "measured", "--latency-ms", "30", "--requests-from", "wait",
+                 "--max-accelerators", "4", "--compare", str(recorded / "sweep.json"), "--out", str(out),
+                 "--no-plot"]) == 0
+    found = json.loads((out / "sweep.json").read_text())["comparison"]
+    # the counts both have (the sweep stopped at 2); 94.4% and 67.0% measured
+    assert [r["accelerators"] for r in found["rows"]] == [1, 2]
+    assert [round(r["measured_au"], 3) for r in found["rows"]] == [0.944, 0.670]
+    first, second = found["rows"]
+    assert first["within"] and not second["within"] and second["error_points"] > 5
+    assert (found["measured_knee"], found["within_share"]) == (1, 0.5)
+    assert "Beside the measured sweep" in (out / "sweep.md").read_text()
+    assert main([str(recorded), "--accelerator", "measured", "--compare", str(recorded / "emulation.json"),
+                 "--out", str(tmp_path / "o2")]) == 3  # not a sweep.json

@@ -115,7 +115,7 @@ def test_the_compute_spread_is_relative_to_the_measured_step():
     assert extract(profile).compute_spread == 0.0
 
 
-RECORDED = __import__("pathlib").Path(__file__).with_name("recorded") / "flux_sshfs_30ms_1host"
+RECORDED = __import__("pathlib").Path(__file__).with_name("recorded") / "flux_sshfs_30ms"
 
 
 def test_a_recorded_runs_files_give_the_loader_and_the_measured_point():
