@@ -145,11 +145,13 @@ def extract(profile: Mapping[str, Any], emulation: Mapping[str, Any] | None = No
     bytes_per_sample = _number(profile, "totals.bytes_per_sample", where, positive=True)
     logical = _number(profile, "reads.logical_bytes", where, positive=True)
     samples_read = logical / bytes_per_sample
-    calls = _number(profile, "reads.count", where, positive=True) / samples_read
+    objects = profile.get("object_requests")
+    # an object store's loader may note no read calls: its requests are its GETs
+    calls = (_optional(profile, "reads.count") or 0) / samples_read if objects else \
+        _number(profile, "reads.count", where, positive=True) / samples_read
     device_reads, device_bytes = _optional(profile, "block_device.reads"), _optional(profile, "block_device.read_bytes")
     device = (device_reads / samples_read, device_bytes / samples_read) if device_reads and device_bytes else None
     access = _optional(profile, "dataset.access")
-    objects = profile.get("object_requests")
     if requests_from not in REQUEST_SOURCES:
         raise ValueError(f"requests_from must be one of {REQUEST_SOURCES}, got {requests_from!r}")
     moved = bytes_per_sample

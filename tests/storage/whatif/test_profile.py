@@ -146,3 +146,8 @@ def test_an_object_stores_requests_are_its_gets():
     profile["object_requests"] = {"requests_per_sample": 2.5, "bytes_per_request": 1260.0}
     found = extract(profile, requests_from="calls")  # an object store's requests are its GETs whatever is asked
     assert (found.request_kind, found.request_source, found.requests_per_sample) == ("GET", "GETs", 2.5)
+    profile["reads"]["count"] = 0  # a loader that noted no read calls of its own
+    assert extract(profile).requests_per_sample == 2.5
+    del profile["object_requests"]
+    with pytest.raises(DataError, match="field 'reads.count' must be > 0"):
+        extract(profile)
