@@ -144,3 +144,20 @@ def test_compare_sets_the_model_beside_a_measured_sweep(tmp_path):
     assert "Beside the measured sweep" in (out / "sweep.md").read_text()
     assert main([str(recorded), "--accelerator", "measured", "--compare", str(recorded / "emulation.json"),
                  "--out", str(tmp_path / "o2")]) == 3  # not a sweep.json
+
+
+def test_a_recorded_two_host_sweep_is_predicted_from_its_one_accelerator_point(tmp_path):
+    """The 1-accelerator point's profile predicts the 2- and 4-accelerator points it was not fitted to
+    (FLUX.1 over sshfs at 30 ms, two emulated hosts, after every rank's span starts at the last first step):
+    within 5 points at every count and the same knee, the issue's bound."""
+    recorded = Path(__file__).with_name("recorded") / "flux_sshfs_30ms_two_hosts"
+    out = tmp_path / "out"
+    assert main([str(recorded), "--accelerator", "measured", "--latency-ms", "30", "--requests-from", "wait",
+                 "--max-accelerators", "4", "--compare", str(recorded / "sweep.json"), "--out", str(out),
+                 "--no-plot"]) == 0
+    found = json.loads((out / "sweep.json").read_text())["comparison"]
+    assert [r["accelerators"] for r in found["rows"]] == [1, 2, 4]
+    assert [round(r["measured_au"], 3) for r in found["rows"]] == [0.945, 0.913, 0.867]
+    assert all(abs(r["error_points"]) <= 5 for r in found["rows"]), found["rows"]
+    assert found["measured_knee"] == 4 and found["within_share"] == 1.0
+    assert found["predicted_knee"] == found["measured_knee"]
