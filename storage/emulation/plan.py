@@ -43,7 +43,7 @@ from storage.emulation.report import build_report, verdict_line, write_host_seri
 from storage.emulation.settings import EmulatedAccelerator, Emulation
 from storage.emulation.task import EmulatedTask
 from storage.host.host_series import HostSeries
-from storage.host.page_cache import dataset_vs_memory, drop_caches, evict
+from storage.host.page_cache import dataset_bytes, dataset_vs_memory, drop_caches, evict
 from storage.host.proactive_reclaim import find_reclaimers
 from storage.host.proactive_reclaim import warning as reclaim_warning
 
@@ -81,7 +81,15 @@ def _cold_start(ctx: RunContext, settings: Emulation, data_dirs: Sequence[Path])
 
 
 def _memory_check(ctx: RunContext, data_dirs: Sequence[Path], client: ClientHostMemory | None) -> dict[str, Any] | None:
+    """Rank 0 sets the dataset's size against the memory (the 5x rule) and reports it. Its walk lists and
+    stats every file, which leaves the names in its host's cache of the mount; the first rank of every other
+    host walks the same, so that every host's loaders open files whose names their mount knows. Otherwise
+    rank 0's host alone skips the lookups a network mount may serve one a round trip (sshfs at 30 ms: 32
+    files/s, docs/latency.md "Two hosts against one at 30 ms"), and a multi-host answer depends on where
+    rank 0 ran. DLIO lists the data folder on every rank before it reads."""
     if not ctx.info.is_main:
+        if ctx.info.local_rank == 0:
+            dataset_bytes(list(data_dirs))
         return None
     held = client is not None and client.applied
     check = dataset_vs_memory(list(data_dirs), client_memory_bytes=client.limit_bytes if held else None,

@@ -154,3 +154,21 @@ def test_where_it_cannot_apply_one_line_says_why_and_what_it_means_and_the_run_g
                                "a memory cgroup needs root; running as uid 1000; the page cache is this host's whole "
                                "memory (")
     assert hold_to_client_memory(SimpleNamespace(info=SimpleNamespace(local_rank=0)), 0) is None  # not set: nothing
+
+
+@pytest.mark.parametrize("rank, local_rank, walks, reports", [(0, 0, True, True), (1, 0, True, False),
+                                                               (1, 1, False, False)])
+def test_the_first_rank_of_every_host_walks_the_dataset_as_rank_0_does(monkeypatch, tmp_path, rank, local_rank,
+                                                                      walks, reports):
+    """Rank 0's memory check lists every file, leaving the names in its host's mount: the first rank of each
+    other host walks the same, so no host's loaders pay lookups the others do not."""
+    from storage.emulation import plan
+    (tmp_path / "a.bin").write_bytes(b"x" * 10)
+    walked = []
+    monkeypatch.setattr(plan, "dataset_bytes", lambda paths: walked.append(list(paths)) or 10)
+    ctx = SimpleNamespace(info=SimpleNamespace(rank=rank, local_rank=local_rank, is_main=rank == 0))
+    memory = plan._memory_check(ctx, [tmp_path], None)
+    assert (memory is not None) == reports
+    assert walked == ([[tmp_path]] if walks and not reports else [])
+    if reports:
+        assert memory["dataset_bytes"] == 10
