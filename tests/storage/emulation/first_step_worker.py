@@ -13,6 +13,7 @@ import time
 import torch.distributed as dist
 
 from common.distributed.collectives import max_over_ranks
+from common.distributed.process_exit import exit_rank
 from common.run.task import StepContext
 from storage.emulation.task import EmulatedTask
 
@@ -32,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_rank(main)  # a gloo group ends here without its threads aborting the exit
